@@ -1,0 +1,37 @@
+# Everything installs itself: a fresh clone needs only Python 3.10+, Java 17+ and Maven
+# (or KAFKA_HOME / KAFKA_BOOTSTRAP_SERVERS, or a Docker engine).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck check bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## make demo: start the embedded broker and show SafeConsumer at work
+demo: $(STAMP)
+	$(PY) -m examples.demo
+
+## make test: lint, type-check, then every test against a real broker
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.throughput
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

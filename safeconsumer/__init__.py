@@ -1,0 +1,34 @@
+"""safeconsumer: a drop-in ``confluent_kafka.Consumer`` that stays correct across rebalances."""
+
+from __future__ import annotations
+
+import logging
+
+from ._consumer import SafeConsumer
+from ._delivery import DeliveryStats
+from ._errors import (
+    ConsumerClosedError,
+    FatalConsumerError,
+    GroupMaxSizeReachedError,
+    InvalidPauseRequest,
+    PauseStateError,
+    SafeConsumerError,
+)
+from ._pause import PauseState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConsumerClosedError",
+    "DeliveryStats",
+    "FatalConsumerError",
+    "GroupMaxSizeReachedError",
+    "InvalidPauseRequest",
+    "PauseState",
+    "PauseStateError",
+    "SafeConsumer",
+    "SafeConsumerError",
+    "__version__",
+]
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

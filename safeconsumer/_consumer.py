@@ -1,0 +1,463 @@
+"""SafeConsumer: the drop-in facade. It wires the parts and holds no policy of its own.
+
+- :mod:`._pause` keeps pause intent;
+- :mod:`._rebalance` owns assignment state and makes librdkafka's flags follow intent;
+- :mod:`._delivery` is the gate every record passes on its way out.
+
+Every call into the underlying client is made under one re-entrant lock, so the
+consumer may be shared between threads; rebalance callbacks run inside ``poll()`` /
+``consume()`` / ``close()`` on the calling thread, and re-enter the lock.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, cast, overload
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from ._delivery import DeliveryGate, DeliveryStats
+from ._errors import ConsumerClosedError, InvalidPauseRequest, PauseStateError
+from ._pause import Key, PauseLedger, PauseState, keys_of, parse_topic_entries, subscription_can_match
+from ._rebalance import RebalanceCallback, RebalanceHandler
+
+logger = logging.getLogger("safeconsumer")
+
+_TRUE = {"true", "1", "yes", "on"}
+
+
+class _State(enum.Enum):
+    OPEN = "open"
+    """Usable: every public method works."""
+    CLOSING = "closing"
+    """Inside close(): the final revoke callbacks may still commit and read state."""
+    CLOSED = "closed"
+    """close() ran: every method but close() raises ConsumerClosedError."""
+
+
+def _conf_bool(value: object, default: bool) -> bool:
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in _TRUE
+
+
+def _is_incremental(conf: Mapping[str, Any]) -> bool:
+    if str(conf.get("group.protocol", "classic")).lower() == "consumer":
+        return True
+    return "cooperative" in str(conf.get("partition.assignment.strategy", "")).lower()
+
+
+def _partition_keys(partitions: object, method: str) -> list[Key]:
+    """Keys of a TopicPartition list, raising TypeError as confluent_kafka does for bad input."""
+    if not isinstance(partitions, list) or not all(isinstance(tp, TopicPartition) for tp in partitions):
+        raise TypeError(f"{method}() requires a list of TopicPartition, got {type(partitions).__name__}")
+    return [(tp.topic, tp.partition) for tp in partitions]
+
+
+class SafeConsumer(Consumer):
+    """A ``confluent_kafka.Consumer`` whose pause state survives rebalances and which never
+    hands out a record of a paused or unowned partition, nor loses one it withheld.
+
+    ``conf`` is exactly the dict ``confluent_kafka.Consumer`` takes (keyword arguments
+    are merged into it, as there). safeconsumer's own options are typed keyword-only
+    arguments, never config keys.
+    """
+
+    def __init__(self, conf: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        config: dict[str, Any] = {**(conf or {}), **kwargs}
+        if not isinstance(conf, Mapping) and conf is not None:
+            raise TypeError(f"SafeConsumer expects a config dict, got {type(conf).__name__}")
+        self._group_id = str(config.get("group.id", ""))
+        auto_store = _conf_bool(config.get("enable.auto.offset.store"), True)
+        # The gate stores offsets itself, only for records it hands out (see _delivery).
+        config["enable.auto.offset.store"] = False
+        super().__init__(config)
+        self._lock = threading.RLock()
+        self._state = _State.OPEN
+        self._subscription: list[str] | None = None
+        self._ledger = PauseLedger()
+        self._gate = DeliveryGate(self._raw_store, auto_store=auto_store)
+        self._rebalance = RebalanceHandler(self, self._ledger, self._gate, incremental=_is_incremental(config))
+
+    def __repr__(self) -> str:
+        return f"<SafeConsumer group={self._group_id!r} {self._state.value}>"
+
+    # -- state ---------------------------------------------------------------------------
+    def _closed(self, method: str) -> ConsumerClosedError:
+        return ConsumerClosedError(f"SafeConsumer for group {self._group_id!r} is closed: cannot call {method}()")
+
+    def _raw_store(self, offsets: list[TopicPartition]) -> None:
+        Consumer.store_offsets(self, offsets=offsets)
+
+    # -- subscription --------------------------------------------------------------------
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        if self._state is _State.CLOSED:
+            raise self._closed("subscribe")
+        for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost)):
+            if cb is not None and not callable(cb):
+                raise TypeError(f"{name} expects a callable, got {type(cb).__name__}")
+        with self._lock:
+            rb = self._rebalance
+            super().subscribe(topics, on_assign=rb.on_assign, on_revoke=rb.on_revoke, on_lost=rb.on_lost)
+            rb.user_on_assign, rb.user_on_revoke, rb.user_on_lost = on_assign, on_revoke, on_lost
+            self._subscription = list(topics)
+
+    def unsubscribe(self) -> None:
+        if self._state is _State.CLOSED:
+            raise self._closed("unsubscribe")
+        with self._lock:
+            self._gate.flush(force=True)
+            super().unsubscribe()
+            self._subscription = None
+
+    # -- consuming -----------------------------------------------------------------------
+    def poll(self, timeout: float | None = None) -> Message | None:
+        if self._state is _State.CLOSED:
+            raise self._closed("poll")
+        gate = self._gate
+        with self._lock:
+            if gate.has_releasable:
+                ready = gate.release(1)
+                if ready:
+                    return ready[0]
+            gate.flush()
+            msg = super().poll(-1 if timeout is None else timeout)
+            while msg is not None:
+                out = gate.admit(msg)
+                if out is not None:
+                    return out
+                # Withheld or dropped: keep serving the caller without waiting again.
+                msg = super().poll(0)
+            return None
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        if self._state is _State.CLOSED:
+            raise self._closed("consume")
+        gate = self._gate
+        with self._lock:
+            released: list[Message] = []
+            if gate.has_releasable:
+                released = gate.release(num_messages)
+                if len(released) >= num_messages:
+                    return released
+            gate.flush()
+            wait = 0 if released else timeout
+            msgs = super().consume(num_messages - len(released), wait)
+            out = gate.admit_batch(msgs) if msgs else msgs
+            return released + out if released else out
+
+    # -- assignment ------------------------------------------------------------------------
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        if self._state is _State.CLOSED:
+            raise self._closed("assign")
+        keys = _partition_keys(partitions, "assign")
+        with self._lock:
+            self._gate.flush(force=True)
+            super().assign(partitions)
+            self._rebalance.note_assign_call()
+            self._rebalance.assigned(keys, replace=True)
+            self._rebalance.sync(fresh=keys)
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        if self._state is _State.CLOSED:
+            raise self._closed("incremental_assign")
+        keys = _partition_keys(partitions, "incremental_assign")
+        with self._lock:
+            super().incremental_assign(partitions)
+            self._rebalance.note_assign_call()
+            self._rebalance.assigned(keys, replace=False)
+            self._rebalance.sync(fresh=keys)
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        if self._state is _State.CLOSED:
+            raise self._closed("incremental_unassign")
+        keys = _partition_keys(partitions, "incremental_unassign")
+        with self._lock:
+            self._gate.flush(force=True)
+            self._rebalance.left(keys, "revoked")
+            super().incremental_unassign(partitions)
+
+    def unassign(self) -> None:
+        if self._state is _State.CLOSED:
+            raise self._closed("unassign")
+        with self._lock:
+            self._gate.flush(force=True)
+            self._rebalance.left(set(self._gate.owned), "revoked")
+            super().unassign()
+
+    def assignment(self) -> list[TopicPartition]:
+        if self._state is _State.CLOSED:
+            raise self._closed("assignment")
+        with self._lock:
+            return super().assignment()
+
+    def owns(self, tp_or_message: TopicPartition | Message | tuple[str, int]) -> bool:
+        """Whether this consumer owns that partition right now (a TopicPartition, Message or key)."""
+        if self._state is _State.CLOSED:
+            raise self._closed("owns")
+        if isinstance(tp_or_message, TopicPartition):
+            key = (tp_or_message.topic, tp_or_message.partition)
+        elif isinstance(tp_or_message, Message):
+            key = (cast(str, tp_or_message.topic()), cast(int, tp_or_message.partition()))
+        elif isinstance(tp_or_message, tuple) and len(tp_or_message) == 2:
+            key = (str(tp_or_message[0]), int(tp_or_message[1]))
+        else:
+            raise TypeError(f"owns() takes a TopicPartition, a Message or (topic, partition), got {tp_or_message!r}")
+        return key in self._gate.owned
+
+    # -- pause ---------------------------------------------------------------------------
+    def pause(self, partitions: list[TopicPartition] | None = None) -> None:
+        """Pause ``partitions`` (partition marks), or with no argument the whole consumer.
+
+        Marks are intent: they survive rebalances while the partition stays with this
+        consumer. Nothing is returned for a paused partition until it is resumed.
+        """
+        self._change_pause("pause", partitions, mark=True)
+
+    def resume(self, partitions: list[TopicPartition] | None = None) -> None:
+        """Clear the partition marks of ``partitions``, or with no argument the consumer mark.
+
+        A topic or consumer mark still covering a partition keeps it paused.
+        """
+        self._change_pause("resume", partitions, mark=False)
+
+    def _change_pause(self, method: str, partitions: list[TopicPartition] | None, *, mark: bool) -> None:
+        if self._state is _State.CLOSED:
+            raise self._closed(method)
+        keys = None if partitions is None else keys_of(partitions)
+        with self._lock:
+            if keys is None:
+                self._ledger.set_consumer(mark)
+            elif mark:
+                self._ledger.mark_partitions(keys)
+            else:
+                self._ledger.unmark_partitions(keys)
+            self._rebalance.sync()
+
+    def pause_topics(self, topics: Iterable[str | Any] | str | Any) -> None:
+        """Pause whole topics: names, ``^regex`` strings, or compiled ``re.Pattern`` objects.
+
+        A topic mark covers every partition of matching topics this consumer is ever
+        assigned, including partitions and topics that appear later.
+        """
+        self._change_topics("pause_topics", topics, mark=True)
+
+    def resume_topics(self, topics: Iterable[str | Any] | str | Any) -> None:
+        """Clear topic marks set by :meth:`pause_topics` (the same names or patterns)."""
+        self._change_topics("resume_topics", topics, mark=False)
+
+    def _change_topics(self, method: str, topics: object, *, mark: bool) -> None:
+        if self._state is _State.CLOSED:
+            raise self._closed(method)
+        names, patterns = parse_topic_entries(topics)
+        with self._lock:
+            if self._subscription is None and not self._gate.owned:
+                raise PauseStateError(
+                    f"{method}() needs a subscription or an assignment to apply to: call subscribe() or assign() first"
+                )
+            if mark and self._subscription is not None:
+                never = subscription_can_match(self._subscription, names, patterns)
+                if never:
+                    raise InvalidPauseRequest(
+                        f"{method}(): the subscription {self._subscription} can never deliver {never}"
+                    )
+            if mark:
+                self._ledger.mark_topics(names, patterns)
+            else:
+                self._ledger.unmark_topics(names, patterns)
+            self._rebalance.sync()
+
+    def paused(self) -> list[TopicPartition]:
+        """The effectively paused partitions of the current assignment, sorted."""
+        if self._state is _State.CLOSED:
+            raise self._closed("paused")
+        with self._lock:
+            return [TopicPartition(t, p) for t, p in sorted(self._gate.paused)]
+
+    def pause_state(self) -> PauseState:
+        """A frozen snapshot of pause intent (consumer, topics, patterns, partitions) and its effect."""
+        if self._state is _State.CLOSED:
+            raise self._closed("pause_state")
+        with self._lock:
+            return self._ledger.snapshot(self._gate.owned)
+
+    def delivery_stats(self) -> DeliveryStats:
+        """Counters of the delivery gate: delivered, withheld, released, purged, dropped offsets."""
+        with self._lock:
+            return self._gate.stats()
+
+    # -- offsets -------------------------------------------------------------------------
+    def _owned_offsets(self, method: str, offsets: list[TopicPartition]) -> list[TopicPartition]:
+        owned = self._gate.owned
+        kept = [tp for tp in offsets if (tp.topic, tp.partition) in owned]
+        dropped = len(offsets) - len(kept)
+        if dropped:
+            self._gate.offsets_dropped += dropped
+            logger.warning("%s(): dropped %d offset(s) of partitions this consumer does not own", method, dropped)
+        return kept
+
+    @overload
+    def commit(self, *, asynchronous: Literal[True] = ...) -> None: ...
+    @overload
+    def commit(self, *, asynchronous: Literal[False]) -> list[TopicPartition]: ...
+    @overload
+    def commit(self, *, message: Message, asynchronous: Literal[True] = ...) -> None: ...
+    @overload
+    def commit(self, *, message: Message, asynchronous: Literal[False]) -> list[TopicPartition]: ...
+    @overload
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: Literal[True] = ...) -> None: ...
+    @overload
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: Literal[False]) -> list[TopicPartition]: ...
+    def commit(
+        self,
+        message: Message | None = None,
+        offsets: list[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> list[TopicPartition] | None:
+        if self._state is _State.CLOSED:
+            raise self._closed("commit")
+        with self._lock:
+            if message is not None and offsets is not None:
+                raise TypeError("commit() takes message or offsets, not both")
+            if message is not None:
+                if not isinstance(message, Message):
+                    raise TypeError(f"commit() message must be a Message, got {type(message).__name__}")
+                if message.error() is not None:
+                    raise TypeError("commit() cannot commit an error event")
+                leader_epoch = message.leader_epoch()
+                offsets = [
+                    TopicPartition(
+                        cast(str, message.topic()),
+                        cast(int, message.partition()),
+                        cast(int, message.offset()) + 1,
+                        leader_epoch=leader_epoch,
+                    )
+                ]
+            if offsets is not None:
+                _partition_keys(offsets, "commit")
+                offsets = self._owned_offsets("commit", offsets)
+                if not offsets:
+                    return None if asynchronous else []
+                # confluent_kafka's stub spells asynchronous as a Literal per overload.
+                return super().commit(offsets=offsets, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
+            self._gate.flush(force=True)
+            return super().commit(asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
+
+    def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
+        if self._state is _State.CLOSED:
+            raise self._closed("store_offsets")
+        with self._lock:
+            if message is not None:
+                if offsets is not None:
+                    raise TypeError("store_offsets() takes message or offsets, not both")
+                if not isinstance(message, Message):
+                    raise TypeError(f"store_offsets() message must be a Message, got {type(message).__name__}")
+                key = TopicPartition(cast(str, message.topic()), cast(int, message.partition()))
+                if not self._owned_offsets("store_offsets", [key]):
+                    return
+                super().store_offsets(message=message)
+                return
+            if offsets is None:
+                raise TypeError("store_offsets() requires message or offsets")
+            _partition_keys(offsets, "store_offsets")
+            kept = self._owned_offsets("store_offsets", offsets)
+            if kept:
+                super().store_offsets(offsets=kept)
+
+    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        if self._state is _State.CLOSED:
+            raise self._closed("committed")
+        with self._lock:
+            return super().committed(partitions, timeout)
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        if self._state is _State.CLOSED:
+            raise self._closed("position")
+        with self._lock:
+            return super().position(partitions)
+
+    def seek(self, partition: TopicPartition) -> None:
+        if self._state is _State.CLOSED:
+            raise self._closed("seek")
+        with self._lock:
+            super().seek(partition)
+            # Withheld records of a rewound partition would be delivered out of order.
+            self._gate.purge([(partition.topic, partition.partition)], "seek")
+
+    # -- metadata and pass-through -------------------------------------------------------
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]:
+        if self._state is _State.CLOSED:
+            raise self._closed("get_watermark_offsets")
+        with self._lock:
+            return super().get_watermark_offsets(partition, timeout, cached)
+
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        if self._state is _State.CLOSED:
+            raise self._closed("offsets_for_times")
+        with self._lock:
+            return super().offsets_for_times(partitions, timeout)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        if self._state is _State.CLOSED:
+            raise self._closed("list_topics")
+        with self._lock:
+            return super().list_topics(topic, timeout)
+
+    def cluster_id(self, timeout: float = -1) -> str:
+        if self._state is _State.CLOSED:
+            raise self._closed("cluster_id")
+        with self._lock:
+            return super().cluster_id(timeout)
+
+    def memberid(self) -> str:
+        if self._state is _State.CLOSED:
+            raise self._closed("memberid")
+        with self._lock:
+            return super().memberid()
+
+    def consumer_group_metadata(self) -> Any:
+        if self._state is _State.CLOSED:
+            raise self._closed("consumer_group_metadata")
+        with self._lock:
+            return super().consumer_group_metadata()
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        if self._state is _State.CLOSED:
+            raise self._closed("set_sasl_credentials")
+        with self._lock:
+            super().set_sasl_credentials(username, password)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Leave the group and release the client. Calling it again does nothing."""
+        with self._lock:
+            if self._state is not _State.OPEN:
+                return
+            self._state = _State.CLOSING
+            try:
+                self._gate.flush(force=True)
+                # librdkafka runs the final revoke callbacks (and the final auto-commit) here.
+                super().close()
+            finally:
+                self._state = _State.CLOSED
+
+    def __enter__(self) -> SafeConsumer:
+        if self._state is _State.CLOSED:
+            raise self._closed("__enter__")
+        return self
+
+    def __exit__(self, exc_type: object, exc_value: object, traceback: object) -> None:
+        self.close()

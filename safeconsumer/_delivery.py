@@ -1,0 +1,217 @@
+"""The delivery gate: the one place records pass on their way out of ``poll()``/``consume()``.
+
+At the moment a record would be returned it is checked against the current state:
+
+- a record of a partition this consumer does not own is dropped (``purged_unowned``);
+  its offset is never stored, so the partition's owner reads it;
+- a record of an effectively paused partition is *withheld*: kept, in order, and
+  delivered first once the partition is resumed, or purged if the partition leaves;
+- a record that is handed out has its offset stored for it, when the application
+  asked for librdkafka's automatic offset store.
+
+The underlying client runs with ``enable.auto.offset.store=false``: librdkafka would
+otherwise store the offset of every record it gives *us*, including withheld ones,
+and the auto-committer could commit past a record the application never saw.
+Offsets of delivered records are stored in batches: at most ``flush_interval``
+seconds late, and always before a commit, a revocation and close.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from confluent_kafka import Message, TopicPartition
+
+from ._pause import Key
+
+logger = logging.getLogger("safeconsumer")
+
+PurgeReason = Literal["revoked", "lost", "unowned", "seek"]
+
+
+@dataclass(frozen=True)
+class DeliveryStats:
+    """Counters of what the delivery gate did, since the consumer was created."""
+
+    delivered: int
+    """Records handed to the application (held records included once released)."""
+    withheld: int
+    """Records kept back because their partition was paused when they arrived."""
+    released: int
+    """Withheld records later handed to the application."""
+    held: int
+    """Records withheld right now."""
+    purged_revoked: int
+    """Withheld records dropped because their partition was revoked (the next owner reads them)."""
+    purged_lost: int
+    """Withheld records dropped because their partition was lost."""
+    purged_unowned: int
+    """Records of partitions this consumer did not own at the moment of return, dropped."""
+    purged_seek: int
+    """Withheld records dropped because the application seeked their partition."""
+    offsets_dropped: int
+    """Offsets refused by ``commit()``/``store_offsets()`` for partitions not owned."""
+
+
+class DeliveryGate:
+    """Decides, record by record, what the application may see. Not thread-safe: the facade locks."""
+
+    def __init__(
+        self,
+        store: Callable[[list[TopicPartition]], None],
+        *,
+        auto_store: bool,
+        flush_interval: float = 0.05,
+    ) -> None:
+        self._store = store
+        self.auto_store = auto_store
+        self.flush_interval = flush_interval
+        #: Partitions owned now. Written only by the rebalance handler.
+        self.owned: set[Key] = set()
+        #: Effectively paused partitions of the assignment. Written only by the rebalance handler.
+        self.paused: frozenset[Key] = frozenset()
+        self._held: dict[Key, deque[Message]] = {}
+        self._maybe_releasable = False
+        self._pending: dict[Key, Message] = {}
+        self._last_flush = time.monotonic()
+        self.delivered = 0
+        self.withheld = 0
+        self.released = 0
+        self.purged: dict[PurgeReason, int] = {"revoked": 0, "lost": 0, "unowned": 0, "seek": 0}
+        self.offsets_dropped = 0
+
+    # -- state changes -------------------------------------------------------------------
+    def set_paused(self, paused: frozenset[Key]) -> None:
+        self.paused = paused
+        self._maybe_releasable = bool(self._held)
+
+    def purge(self, keys: Iterable[Key], reason: PurgeReason) -> int:
+        """Drop withheld records (and unstored offsets) of partitions leaving or rewound."""
+        dropped = 0
+        for key in keys:
+            queue = self._held.pop(key, None)
+            if queue:
+                dropped += len(queue)
+            if reason != "seek":
+                self._pending.pop(key, None)
+        if dropped:
+            self.purged[reason] += dropped
+            logger.warning("purged %d withheld record(s) of %s partitions", dropped, reason)
+        return dropped
+
+    # -- the gate ------------------------------------------------------------------------
+    def admit(self, msg: Message) -> Message | None:
+        """Return ``msg`` if the application may have it now, else keep or drop it."""
+        if msg.error() is not None:
+            return msg
+        key = (msg.topic(), msg.partition())
+        if key not in self.owned:
+            self.purged["unowned"] += 1
+            logger.warning("dropped 1 record of unowned partition %s[%d]", key[0], key[1])
+            return None
+        if key in self.paused:
+            self._hold(key, msg)
+            return None
+        self.delivered += 1
+        if self.auto_store:
+            self._pending[key] = msg
+        return msg
+
+    def admit_batch(self, msgs: list[Message]) -> list[Message]:
+        """The records of ``msgs`` the application may have now, in order."""
+        owned, paused = self.owned, self.paused
+        out: list[Message] = []
+        append = out.append
+        last: dict[Key, Message] = {}
+        unowned = errors = 0
+        for msg in msgs:
+            if msg.error() is not None:
+                append(msg)
+                errors += 1
+                continue
+            key = (msg.topic(), msg.partition())
+            if key in owned and key not in paused:
+                append(msg)
+                last[key] = msg
+            elif key not in owned:
+                unowned += 1
+            else:
+                self._hold(key, msg)
+        if unowned:
+            self.purged["unowned"] += unowned
+            logger.warning("dropped %d record(s) of unowned partitions", unowned)
+        self.delivered += len(out) - errors
+        if last and self.auto_store:
+            self._pending.update(last)
+        return out
+
+    def _hold(self, key: Key, msg: Message) -> None:
+        self._held.setdefault(key, deque()).append(msg)
+        self.withheld += 1
+
+    @property
+    def has_releasable(self) -> bool:
+        return self._maybe_releasable
+
+    def release(self, limit: int) -> list[Message]:
+        """Up to ``limit`` withheld records whose partition is owned and no longer paused, in order."""
+        out: list[Message] = []
+        for key in list(self._held):
+            if len(out) >= limit:
+                break
+            if key in self.paused or key not in self.owned:
+                continue
+            queue = self._held[key]
+            while queue and len(out) < limit:
+                out.append(queue.popleft())
+            if not queue:
+                del self._held[key]
+        if len(out) < limit:
+            self._maybe_releasable = False
+        if out:
+            self.released += len(out)
+            self.delivered += len(out)
+            if self.auto_store:
+                for msg in out:
+                    self._pending[(msg.topic(), msg.partition())] = msg  # type: ignore[index]
+        return out
+
+    @property
+    def held_count(self) -> int:
+        return sum(len(q) for q in self._held.values())
+
+    # -- offsets -------------------------------------------------------------------------
+    def flush(self, *, force: bool = False) -> None:
+        """Store the offsets of delivered records (all of them when ``force``)."""
+        if not self._pending:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_flush < self.flush_interval:
+            return
+        self._last_flush = now
+        pending, self._pending = self._pending, {}
+        offsets = [
+            TopicPartition(t, p, m.offset() + 1, leader_epoch=m.leader_epoch())  # type: ignore[operator]
+            for (t, p), m in pending.items()
+            if (t, p) in self.owned
+        ]
+        if offsets:
+            self._store(offsets)
+
+    def stats(self) -> DeliveryStats:
+        return DeliveryStats(
+            delivered=self.delivered,
+            withheld=self.withheld,
+            released=self.released,
+            held=self.held_count,
+            purged_revoked=self.purged["revoked"],
+            purged_lost=self.purged["lost"],
+            purged_unowned=self.purged["unowned"],
+            purged_seek=self.purged["seek"],
+            offsets_dropped=self.offsets_dropped,
+        )

@@ -1,0 +1,57 @@
+"""The exception tree, and the one place a foreign error is translated.
+
+::
+
+    SafeConsumerError                  base of everything safeconsumer raises itself
+    ├── ConsumerClosedError            (also RuntimeError) a call after close()
+    ├── InvalidPauseRequest            (also ValueError, TypeError) bad pause/resume input
+    ├── PauseStateError                (also RuntimeError) topic pause with nothing to apply it to
+    └── FatalConsumerError             the consumer cannot go on; it has closed itself
+        └── GroupMaxSizeReachedError   the broker refused this member: group.max.size reached
+
+Errors of the underlying client keep their confluent_kafka types (``KafkaException``,
+``RuntimeError``, ``TypeError``, ``ValueError``) so existing ``except`` clauses keep working.
+Fatal errors keep the original :class:`confluent_kafka.KafkaError` as ``kafka_error`` and
+are raised ``from`` the exception that carried it.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError
+
+#: librdkafka's code for the broker's GROUP_MAX_SIZE_REACHED (KIP-389).
+GROUP_MAX_SIZE_REACHED = 81
+
+
+class SafeConsumerError(Exception):
+    """Base class of every error safeconsumer raises itself."""
+
+
+class ConsumerClosedError(SafeConsumerError, RuntimeError):
+    """A method was called after ``close()``; it is a RuntimeError, as confluent_kafka raises."""
+
+
+class InvalidPauseRequest(SafeConsumerError, ValueError, TypeError):
+    """A pause or resume request names something invalid (wrong type, empty name, bad regex)."""
+
+
+class PauseStateError(SafeConsumerError, RuntimeError):
+    """A topic-level pause cannot apply: the consumer has neither a subscription nor an assignment."""
+
+
+class FatalConsumerError(SafeConsumerError):
+    """The consumer cannot continue; it has stopped and closed, and every later call raises this again."""
+
+    def __init__(self, message: str, *, kafka_error: KafkaError | None = None, group_id: str | None = None):
+        super().__init__(message)
+        self.kafka_error = kafka_error
+        self.group_id = group_id
+
+
+class GroupMaxSizeReachedError(FatalConsumerError):
+    """The group is at the broker's ``group.max.size`` (classic) or ``group.consumer.max.size`` (KIP-848)."""
+
+
+def is_group_max_size(error: KafkaError | None) -> bool:
+    """True when ``error`` is the broker's GROUP_MAX_SIZE_REACHED, under either group protocol."""
+    return error is not None and error.code() == GROUP_MAX_SIZE_REACHED

@@ -1,0 +1,46 @@
+"""Real Kafka brokers for tests, demos and development; also a pytest plugin.
+
+>>> from safeconsumer.testing import start_broker
+>>> with start_broker(overrides={"group.max.size": "2"}) as broker:  # doctest: +SKIP
+...     broker.bootstrap_servers
+'127.0.0.1:40123'
+"""
+
+from __future__ import annotations
+
+from ._broker import Broker, choose_kind, launch_broker, start_broker
+from ._errors import BrokerOverridesUnsupported, BrokerStartError
+from ._kit import (
+    PROTOCOLS,
+    GroupSnapshot,
+    KafkaTestKit,
+    MemberSnapshot,
+    Protocol,
+    WaitTimeout,
+    consumer_generation,
+    protocol_conf,
+    unique_name,
+    wait_until,
+)
+from ._local import KAFKA_VERSION, kafka_lib_dir
+
+__all__ = [
+    "Broker",
+    "BrokerOverridesUnsupported",
+    "BrokerStartError",
+    "GroupSnapshot",
+    "KAFKA_VERSION",
+    "KafkaTestKit",
+    "MemberSnapshot",
+    "PROTOCOLS",
+    "Protocol",
+    "WaitTimeout",
+    "choose_kind",
+    "consumer_generation",
+    "kafka_lib_dir",
+    "launch_broker",
+    "protocol_conf",
+    "start_broker",
+    "unique_name",
+    "wait_until",
+]

@@ -1,0 +1,116 @@
+"""One entry point to a real broker: an existing cluster, a container, or local jars."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from ._container import ContainerBroker, docker_engine_available
+from ._errors import BrokerOverridesUnsupported, BrokerStartError
+from ._local import KAFKA_VERSION, LocalBroker
+
+logger = logging.getLogger(__name__)
+
+BrokerKind = Literal["external", "container", "local"]
+
+
+class _Process(Protocol):
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Broker:
+    """A running broker (or an existing cluster) that tests and demos can use.
+
+    ``log_path`` is the broker's log file when this process started the broker
+    from local jars; point a failing test at it.
+    """
+
+    bootstrap_servers: str
+    kind: BrokerKind
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+    pid: int | None = None
+    """The broker JVM's process id, when this process started it from local jars."""
+    _process: _Process | None = field(default=None, repr=False, compare=False)
+
+    def stop(self) -> None:
+        """Stop the broker if this process started it; an external cluster is left alone."""
+        if self._process is not None:
+            self._process.stop()
+
+
+def choose_kind() -> BrokerKind:
+    """Which broker :func:`start_broker` would use here, in order of preference."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        return "external"
+    if os.environ.get("SAFECONSUMER_BROKER", "").lower() != "local" and docker_engine_available():
+        return "container"
+    return "local"
+
+
+def launch_broker(
+    overrides: Mapping[str, str] | None = None,
+    *,
+    version: str = KAFKA_VERSION,
+    startup_timeout: float = 120.0,
+) -> Broker:
+    """Start (or reach) a broker and return it; the caller must ``stop()`` it."""
+    settings = {str(k): str(v) for k, v in (overrides or {}).items()}
+    kind = choose_kind()
+    if kind == "external":
+        if settings:
+            raise BrokerOverridesUnsupported(
+                f"broker overrides {sorted(settings)} cannot apply to the existing cluster named by "
+                "KAFKA_BOOTSTRAP_SERVERS; unset it to let safeconsumer.testing start a broker with them"
+            )
+        return Broker(os.environ["KAFKA_BOOTSTRAP_SERVERS"], "external")
+    process: ContainerBroker | LocalBroker
+    if kind == "container":
+        process = ContainerBroker(settings)
+    else:
+        process = LocalBroker(settings, version=version, startup_timeout=startup_timeout)
+    try:
+        process.start()
+    except BrokerStartError:
+        raise
+    except Exception as exc:
+        process.stop()
+        raise BrokerStartError(f"could not start a {kind} Kafka broker: {exc}") from exc
+    pid = process.pid if isinstance(process, LocalBroker) else None
+    return Broker(process.bootstrap_servers, kind, settings, process.log_path, pid, process)
+
+
+@contextmanager
+def start_broker(
+    overrides: Mapping[str, str] | None = None,
+    *,
+    version: str = KAFKA_VERSION,
+    startup_timeout: float = 120.0,
+) -> Iterator[Broker]:
+    """Run a real Kafka broker for the duration of the ``with`` block.
+
+    - ``KAFKA_BOOTSTRAP_SERVERS`` set: that cluster is used; ``overrides`` then
+      raise :class:`BrokerOverridesUnsupported`, since they cannot apply.
+    - else, where a Docker engine answers a ping: a testcontainers Kafka in KRaft mode.
+    - else: a single-node KRaft broker from Apache Kafka's jars (``KAFKA_HOME``
+      or resolved from Maven Central into a cache). ``SAFECONSUMER_BROKER=local``
+      forces this choice even where Docker runs.
+
+    ``overrides`` are broker settings, e.g. ``{"group.max.size": "2"}``.
+    """
+    broker = launch_broker(overrides, version=version, startup_timeout=startup_timeout)
+    try:
+        yield broker
+    finally:
+        broker.stop()

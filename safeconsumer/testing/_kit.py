@@ -1,0 +1,320 @@
+"""Helpers for tests against a real broker: names, topics, records, group state, waiting."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeVar
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions, NewTopic
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+T = TypeVar("T")
+
+Protocol = Literal["range", "cooperative-sticky", "consumer"]
+
+#: The three rebalance protocols every invariant is tested under: classic eager
+#: (``range``), classic incremental (``cooperative-sticky``) and KIP-848 (``consumer``).
+PROTOCOLS: Final[tuple[Protocol, ...]] = ("range", "cooperative-sticky", "consumer")
+
+
+def protocol_conf(protocol: Protocol) -> dict[str, str]:
+    """The consumer settings that select a rebalance protocol."""
+    if protocol == "consumer":
+        return {"group.protocol": "consumer"}
+    return {"group.protocol": "classic", "partition.assignment.strategy": protocol}
+
+
+def unique_name(prefix: str = "sc") -> str:
+    """A topic or group name no other test uses: a readable prefix and a random suffix."""
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "-", prefix).strip("-")[:120] or "sc"
+    return f"{clean}-{uuid.uuid4().hex[:10]}"
+
+
+class WaitTimeout(AssertionError):
+    """A condition did not become true before its deadline."""
+
+
+def wait_until(
+    condition: Callable[[], T],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
+    step: Callable[[], object] | None = None,
+) -> T:
+    """Call ``step`` (e.g. a consumer poll) then ``condition`` until the condition is truthy.
+
+    Returns the truthy value; raises :class:`WaitTimeout` naming ``what`` when
+    ``timeout`` seconds pass first. Without a ``step`` it waits ``interval``
+    between checks.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if step is not None:
+            step()
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(f"timed out after {timeout:.1f}s waiting for {what}")
+        if step is None:
+            time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class MemberSnapshot:
+    member_id: str
+    client_id: str
+    assignment: frozenset[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class GroupSnapshot:
+    """What the admin API says of a group at one moment."""
+
+    group_id: str
+    state: str
+    type: str
+    members: tuple[MemberSnapshot, ...]
+
+    @property
+    def member_ids(self) -> frozenset[str]:
+        return frozenset(m.member_id for m in self.members)
+
+    @property
+    def assignment(self) -> dict[str, frozenset[tuple[str, int]]]:
+        return {m.member_id: m.assignment for m in self.members}
+
+
+def _retriable_admin_error(exc: BaseException) -> bool:
+    if isinstance(exc, KafkaException):
+        err = exc.args[0] if exc.args else None
+        return isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT)
+    return False
+
+
+_TRANSIENT = {
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+}
+
+
+class KafkaTestKit:
+    """Admin and producer helpers bound to one bootstrap address.
+
+    Every helper that waits does so on a condition with a deadline; retriable
+    broker errors (a coordinator still loading, a leader not yet elected) are
+    retried with tenacity, bounded in time.
+    """
+
+    def __init__(self, bootstrap_servers: str, *, prefix: str = "sc") -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.prefix = prefix
+        self._admin: AdminClient | None = None
+        self._producer: Producer | None = None
+
+    # -- names ---------------------------------------------------------------------------
+    def name(self, kind: str = "t") -> str:
+        return unique_name(f"{self.prefix}-{kind}")
+
+    def consumer_conf(self, group: str, protocol: Protocol = "range", **extra: Any) -> dict[str, Any]:
+        """A consumer config for this broker: earliest offsets, the chosen protocol, ``extra`` last.
+
+        ``extra`` keys use underscores for dots (``session_timeout_ms=6000``).
+        """
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            **protocol_conf(protocol),
+        }
+        if protocol != "consumer":
+            conf["session.timeout.ms"] = 6000
+            conf["heartbeat.interval.ms"] = 500
+        conf.update({k.replace("_", "."): v for k, v in extra.items()})
+        return conf
+
+    # -- clients -------------------------------------------------------------------------
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        return self._admin
+
+    @property
+    def producer(self) -> Producer:
+        if self._producer is None:
+            self._producer = Producer({"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5})
+        return self._producer
+
+    def _retrying(self, timeout: float) -> Retrying:
+        return Retrying(
+            stop=stop_after_delay(timeout),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception(_retriable_admin_error),
+            reraise=True,
+        )
+
+    # -- topics --------------------------------------------------------------------------
+    def create_topic(self, name: str | None = None, partitions: int = 1, *, timeout: float = 30.0) -> str:
+        """Create a topic and wait until every partition has a leader. Returns its name."""
+        topic = name or self.name("t")
+        for attempt in self._retrying(timeout):
+            with attempt:
+                futures = self.admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=timeout)
+                try:
+                    futures[topic].result()
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise
+        self.wait_for_partitions(topic, partitions, timeout=timeout)
+        return topic
+
+    def add_partitions(self, topic: str, total: int, *, timeout: float = 30.0) -> None:
+        """Grow ``topic`` to ``total`` partitions and wait until they have leaders."""
+        self.admin.create_partitions([NewPartitions(topic, total)])[topic].result()
+        self.wait_for_partitions(topic, total, timeout=timeout)
+
+    def wait_for_partitions(self, topic: str, partitions: int, *, timeout: float = 30.0) -> None:
+        def ready() -> bool:
+            meta = self.admin.list_topics(topic, timeout=5).topics.get(topic)
+            if meta is None or meta.error is not None:
+                return False
+            return len(meta.partitions) >= partitions and all(p.leader >= 0 for p in meta.partitions.values())
+
+        wait_until(ready, timeout=timeout, what=f"topic {topic!r} with {partitions} partitions")
+
+    # -- records -------------------------------------------------------------------------
+    def produce(
+        self,
+        topic: str,
+        count: int,
+        *,
+        partitions: int | Iterable[int] | None = None,
+        start: int = 0,
+        value_size: int = 0,
+        headers: Mapping[str, bytes] | None = None,
+    ) -> list[tuple[int, bytes]]:
+        """Produce ``count`` records with values ``b"<i>"`` (padded to ``value_size``), ids from ``start``.
+
+        With ``partitions`` an int N, record i goes to partition i % N; with an
+        iterable, round-robin over those partitions; with None the partitioner
+        decides. Returns ``(partition, value)`` per record as the broker acked it.
+        """
+        targets: list[int] | None
+        if partitions is None:
+            targets = None
+        elif isinstance(partitions, int):
+            targets = list(range(partitions))
+        else:
+            targets = list(partitions)
+        acked: list[tuple[int, bytes]] = []
+        errors: list[KafkaError] = []
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                acked.append((msg.partition(), msg.value()))
+
+        hdrs = list(headers.items()) if headers else None
+        for i in range(start, start + count):
+            value = str(i).encode().ljust(value_size, b".")
+            kwargs: dict[str, Any] = {"value": value, "on_delivery": on_delivery}
+            if targets is not None:
+                kwargs["partition"] = targets[i % len(targets)]
+            if hdrs:
+                kwargs["headers"] = hdrs
+            while True:
+                try:
+                    self.producer.produce(topic, **kwargs)
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
+            self.producer.poll(0)
+        remaining = self.producer.flush(30)
+        if remaining or errors:
+            raise AssertionError(f"producing to {topic!r} failed: {remaining} unsent, errors {errors[:3]}")
+        return acked
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """The high watermark of every partition of ``topic``."""
+        meta = self.admin.list_topics(topic, timeout=10).topics[topic]
+        from confluent_kafka import Consumer
+
+        probe = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": unique_name("probe")})
+        try:
+            return {p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions}
+        finally:
+            probe.close()
+
+    # -- groups --------------------------------------------------------------------------
+    def describe_group(self, group: str, *, timeout: float = 10.0) -> GroupSnapshot:
+        """The group's state, type (classic or consumer) and members with their assignments.
+
+        Neither the classic DescribeGroups API nor librdkafka's admin client
+        exposes the generation; compare member ids and assignments over time
+        (a rebalance changes them) or read a member's own generation with
+        :func:`consumer_generation`.
+        """
+        for attempt in self._retrying(timeout):
+            with attempt:
+                desc = self.admin.describe_consumer_groups([group], request_timeout=timeout)[group].result()
+        members = tuple(
+            sorted(
+                (
+                    MemberSnapshot(
+                        m.member_id,
+                        m.client_id,
+                        frozenset((tp.topic, tp.partition) for tp in (m.assignment.topic_partitions or [])),
+                    )
+                    for m in desc.members
+                ),
+                key=lambda m: m.member_id,
+            )
+        )
+        return GroupSnapshot(group, _enum_name(desc.state), _enum_name(desc.type), members)
+
+    def committed(self, group: str, topic: str, partitions: int, *, timeout: float = 10.0) -> dict[int, int]:
+        """The group's committed offset per partition of ``topic`` (-1001 where none)."""
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
+        for attempt in self._retrying(timeout):
+            with attempt:
+                result = self.admin.list_consumer_group_offsets([request], request_timeout=timeout)[group].result()
+        return {tp.partition: tp.offset for tp in result.topic_partitions}
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+            self._producer = None
+        self._admin = None
+
+
+def _enum_name(value: object) -> str:
+    name = getattr(value, "name", None)
+    return str(name if name is not None else value)
+
+
+def consumer_generation(consumer: Any) -> int:
+    """The group generation (classic) or member epoch (KIP-848) a consumer currently holds.
+
+    Read from ``consumer_group_metadata()``, whose serialized form starts with
+    ``CGMDv2:`` and a big-endian int32 generation; -1 when not in a group.
+    """
+    raw = consumer.consumer_group_metadata()
+    data = bytes(raw)
+    magic = b"CGMDv2:"
+    if not data.startswith(magic) or len(data) < len(magic) + 4:
+        raise ValueError("unrecognised consumer group metadata format")
+    return int.from_bytes(data[len(magic) : len(magic) + 4], "big", signed=True)

@@ -1,0 +1,324 @@
+"""A single-node Apache Kafka broker (KRaft mode) run from its jars, on 127.0.0.1.
+
+The jars come from ``KAFKA_HOME/libs`` when that is set, otherwise they are
+resolved once from Maven Central with Maven into a per-version cache outside
+the repository (``$SAFECONSUMER_CACHE`` or ``~/.cache/safeconsumer``) and
+reused by every later run.
+
+Every broker gets its own free ports and a fresh data directory. Its log is a
+file (``Broker.log_path``) that survives the broker, so a failing test can
+point to it. The JVM is stopped with SIGTERM, then SIGKILL; it is also killed
+by the kernel when the process that started it dies (``PR_SET_PDEATHSIG``),
+so an interrupted test run never leaves a broker behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import ctypes
+import fcntl
+import importlib.resources
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+
+from ._errors import BrokerStartError
+
+logger = logging.getLogger(__name__)
+
+#: The Apache Kafka release the launcher runs: the newest 4.x whose artifacts
+#: all resolve from Maven Central (4.4.0 lacks ``kafka-tools-api`` there).
+KAFKA_VERSION = "4.3.1"
+
+#: Broker settings that keep one test broker small and fast on two cores, and
+#: allow the short session and heartbeat timeouts that tests use.
+BASE_SETTINGS: Mapping[str, str] = {
+    "num.partitions": "1",
+    "auto.create.topics.enable": "false",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.consumer.heartbeat.interval.ms": "500",
+    "log.cleaner.dedupe.buffer.size": "2097152",
+    "num.network.threads": "1",
+    "num.io.threads": "1",
+    "num.recovery.threads.per.data.dir": "1",
+    "background.threads": "2",
+    "group.coordinator.threads": "1",
+}
+
+_JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Djava.awt.headless=true")
+_STARTED_MARKER = "Kafka Server started"
+_PR_SET_PDEATHSIG = 1
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.apache.name = org.apache.kafka
+logger.apache.level = INFO
+"""
+
+
+def cache_root() -> Path:
+    """Where resolved broker jars are kept between runs."""
+    explicit = os.environ.get("SAFECONSUMER_CACHE")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "safeconsumer"
+
+
+def kafka_lib_dir(version: str = KAFKA_VERSION) -> Path:
+    """Return a directory holding every jar the broker needs, resolving it if needed."""
+    home = os.environ.get("KAFKA_HOME")
+    if home:
+        libs = Path(home) / "libs"
+        if not any(libs.glob("kafka_*.jar")):
+            raise BrokerStartError(f"KAFKA_HOME={home!r} has no libs/kafka_*.jar: is it an Apache Kafka distribution?")
+        return libs
+    target = cache_root() / f"kafka-{version}"
+    lib = target / "lib"
+    done = target / ".complete"
+    if done.exists():
+        return lib
+    target.mkdir(parents=True, exist_ok=True)
+    # Several test processes may start at once: one resolves, the others wait.
+    with open(target / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return lib
+        _resolve_with_maven(version, target)
+        done.write_text(version + "\n")
+    return lib
+
+
+def _resolve_with_maven(version: str, target: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise BrokerStartError(
+            "cannot resolve the Kafka broker jars: Maven (mvn) is not on PATH. "
+            "Install Maven, or set KAFKA_HOME to an Apache Kafka 4.x distribution, "
+            "or set KAFKA_BOOTSTRAP_SERVERS to an existing cluster."
+        )
+    pom = target / "pom.xml"
+    pom.write_bytes(importlib.resources.files(__package__).joinpath("broker-pom.xml").read_bytes())
+    staging = target / "lib.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    logger.info("resolving Apache Kafka %s jars from Maven Central into %s", version, target)
+    cmd = [
+        mvn,
+        "-B",
+        "-q",
+        "-f",
+        str(pom),
+        f"-Dkafka.version={version}",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={staging}",
+        "dependency:copy-dependencies",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0 or not any(staging.glob("kafka_*.jar")):
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise BrokerStartError(f"Maven could not resolve Apache Kafka {version} (exit {proc.returncode}):\n{tail}")
+    lib = target / "lib"
+    shutil.rmtree(lib, ignore_errors=True)
+    staging.rename(lib)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    # Runs between fork and exec: the kernel sends SIGKILL to the JVM when the
+    # thread that started it exits, so no broker outlives an interrupted run.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise BrokerStartError("cannot start a local Kafka broker: no java on PATH (Java 17+ is needed)")
+    return found
+
+
+_live: weakref.WeakSet[LocalBroker] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _live_lock:
+        brokers = list(_live)
+    for broker in brokers:
+        broker.stop()
+
+
+class LocalBroker:
+    """One KRaft broker+controller process. Use through :func:`safeconsumer.testing.start_broker`."""
+
+    def __init__(
+        self,
+        overrides: Mapping[str, str] | None = None,
+        *,
+        version: str = KAFKA_VERSION,
+        startup_timeout: float = 120.0,
+    ) -> None:
+        self.overrides = dict(overrides or {})
+        self.version = version
+        self.startup_timeout = startup_timeout
+        self.workdir = Path(tempfile.mkdtemp(prefix="safeconsumer-kafka-"))
+        self.log_path = self.workdir / "broker.log"
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's process id while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        lib = kafka_lib_dir(self.version)
+        attempts = 3
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once(lib)
+                return
+            except BrokerStartError:
+                # A free port found by bind-and-close can be taken by another
+                # process before the JVM binds it: retry on fresh ports.
+                if attempt == attempts or "Address already in use" not in self._log_tail():
+                    raise
+                logger.warning("broker port was taken before the JVM bound it; retrying on new ports")
+
+    def _start_once(self, lib: Path) -> None:
+        self.port = _free_port()
+        controller_port = _free_port()
+        data = self.workdir / "data"
+        shutil.rmtree(data, ignore_errors=True)
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+            "log.dirs": str(data),
+            **BASE_SETTINGS,
+            **self.overrides,
+        }
+        props = self.workdir / "server.properties"
+        props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        log4j = self.workdir / "log4j2.properties"
+        log4j.write_text(_LOG4J2.format(log=self.log_path))
+        self.log_path.write_text("")
+        java = [_java(), *_JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{lib}/*"]
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        fmt = subprocess.run(
+            [*java, "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id, "-c", str(props)],
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        if fmt.returncode != 0:
+            raise BrokerStartError(f"formatting the KRaft log dir failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}")
+        out = open(self.workdir / "stdout.log", "wb")  # noqa: SIM115 - owned by the child
+        started = time.monotonic()
+        self._proc = subprocess.Popen(
+            [*java, "kafka.Kafka", str(props)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl runs there, no locks taken
+        )
+        out.close()
+        with _live_lock:
+            _live.add(self)
+        deadline = started + self.startup_timeout
+        while True:
+            if self._proc.poll() is not None:
+                self._proc = None
+                raise BrokerStartError(
+                    f"the Kafka broker exited during start-up; log {self.log_path}:\n{self._log_tail()}"
+                )
+            if _STARTED_MARKER in self._log_tail(20000):
+                break
+            if time.monotonic() > deadline:
+                self.stop()
+                raise BrokerStartError(
+                    f"the Kafka broker did not start within {self.startup_timeout:.0f}s; log {self.log_path}:\n"
+                    f"{self._log_tail()}"
+                )
+            time.sleep(0.1)
+        logger.info(
+            "Kafka %s started on %s in %.1fs (log %s)",
+            self.version,
+            self.bootstrap_servers,
+            time.monotonic() - started,
+            self.log_path,
+        )
+
+    def _log_tail(self, size: int = 3000) -> str:
+        text = ""
+        for path in (self.log_path, self.workdir / "stdout.log"):
+            with contextlib.suppress(OSError):
+                text += path.read_text(errors="replace")[-size:]
+        return text
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        with _live_lock:
+            _live.discard(self)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        # Keep the logs for post-mortems; the data can go.
+        shutil.rmtree(self.workdir / "data", ignore_errors=True)

@@ -1,0 +1,141 @@
+"""What the raw confluent_kafka client does: the problems safeconsumer exists to fix.
+
+These pin down librdkafka's behaviour (FACTS.md). If a confluent-kafka release changes
+one of them, the test fails and tells us the library's assumptions need a second look.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from safeconsumer.testing import Broker, KafkaTestKit, Protocol
+
+from ..support import Received, pump, pump_for
+
+GROUP_MAX_SIZE = {"group.max.size": "2", "group.consumer.max.size": "2"}
+
+
+def _moved_and_stayed(
+    kafka: KafkaTestKit, make: Callable[[dict[str, object]], Consumer], protocol: Protocol
+) -> tuple[Consumer, Received, str, TopicPartition, TopicPartition]:
+    """Member A pauses both partitions; B joins, takes one (M) and leaves; A resumes the other (S)."""
+    topic = kafka.create_topic(partitions=2)
+    group = kafka.name("g")
+    a, ra = make(kafka.consumer_conf(group, protocol)), Received()
+    a.subscribe([topic])
+    pump([(a, ra)], lambda: len(a.assignment()) == 2, timeout=30, what="A owns both partitions")
+    a.pause(a.assignment())
+    b, rb = make(kafka.consumer_conf(group, protocol)), Received()
+    b.subscribe([topic])
+    members = [(a, ra), (b, rb)]
+    pump(members, lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1, timeout=45, what="a split")
+    (moved,) = b.assignment()
+    (stayed,) = a.assignment()
+    b.close()
+    pump([(a, ra)], lambda: len(a.assignment()) == 2, timeout=45, what="the moved partition back on A")
+    a.resume([TopicPartition(topic, stayed.partition)])
+    return a, ra, topic, TopicPartition(topic, moved.partition), TopicPartition(topic, stayed.partition)
+
+
+def test_raw_pause_is_stale_after_revoke_and_reassign(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """librdkafka keeps the app-pause flag of a partition that left and came back: it never resumes."""
+    a, ra, topic, moved, stayed = _moved_and_stayed(kafka, Consumer, protocol)
+    try:
+        kafka.produce(topic, 20, partitions=[moved.partition, stayed.partition])
+        pump([(a, ra)], lambda: (topic, stayed.partition) in ra.partitions(), timeout=30, what="records of S")
+        pump_for([(a, ra)], 3.0)
+        assert (topic, moved.partition) not in ra.partitions(), "the moved partition was not left paused"
+        a.resume([moved])
+        pump([(a, ra)], lambda: (topic, moved.partition) in ra.partitions(), timeout=30, what="M after resume")
+    finally:
+        a.close()
+
+
+def test_raw_pause_purges_prefetched_records(kafka: KafkaTestKit) -> None:
+    """pause() drops what librdkafka already fetched; resume() refetches from the app position."""
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce(topic, 100, partitions=1)
+    c = Consumer(kafka.consumer_conf(kafka.name("g"), "range"))
+    tp = TopicPartition(topic, 0, 0)
+    c.assign([tp])
+    got = Received()
+    try:
+        pump([(c, got)], lambda: got.records, timeout=30, what="the first record")
+        # librdkafka fetches in batches: the rest of the 100 records are queued locally now.
+        c.pause([TopicPartition(topic, 0)])
+        before = len(got.records)
+        pump_for([(c, got)], 2.0)
+        assert len(got.records) == before, "poll() returned prefetched records of a paused partition"
+        c.resume([TopicPartition(topic, 0)])
+        pump([(c, got)], lambda: len(got.records) >= 100, timeout=30, what="the rest after resume")
+        assert [r[2] for r in got.records] == list(range(100)), "resume must refetch from the app position"
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def small_group_kafka(kafka_broker_factory: Callable[[Mapping[str, str]], Broker]) -> Iterator[KafkaTestKit]:
+    broker = kafka_broker_factory(GROUP_MAX_SIZE)
+    kit = KafkaTestKit(broker.bootstrap_servers, prefix="maxsize")
+    yield kit
+    kit.close()
+
+
+def _fill_group(kafka: KafkaTestKit, group: str, topic: str, protocol: Protocol) -> list[tuple[Consumer, Received]]:
+    members = []
+    for _ in range(2):
+        c = Consumer(kafka.consumer_conf(group, protocol))
+        c.subscribe([topic])
+        members.append((c, Received()))
+    pump(members, lambda: all(c.assignment() for c, _ in members), timeout=45, what="two members in the group")
+    return members
+
+
+@pytest.mark.parametrize("protocol", ["range", "cooperative-sticky"])
+def test_raw_group_max_size_is_a_repeated_poll_error_under_classic(
+    small_group_kafka: KafkaTestKit, protocol: Protocol
+) -> None:
+    kafka = small_group_kafka
+    topic = kafka.create_topic(partitions=3)
+    group = kafka.name("g")
+    members = _fill_group(kafka, group, topic, protocol)
+    third, r3 = Consumer(kafka.consumer_conf(group, protocol)), Received()
+    third.subscribe([topic])
+    try:
+        pump(
+            [*members, (third, r3)],
+            lambda: sum(e.code() == KafkaError.GROUP_MAX_SIZE_REACHED for e in r3.errors) >= 3,
+            timeout=30,
+            what="GROUP_MAX_SIZE_REACHED three times",
+        )
+        assert all(not e.fatal() for e in r3.errors), "classic protocol: the error is not fatal"
+        assert third.assignment() == []
+    finally:
+        for c, _ in [*members, (third, r3)]:
+            c.close()
+
+
+def test_raw_group_max_size_is_a_fatal_event_under_kip848(small_group_kafka: KafkaTestKit) -> None:
+    """KIP-848: librdkafka raises a fatal error, which poll() *returns* as a _FATAL event (it does not raise)."""
+    kafka = small_group_kafka
+    topic = kafka.create_topic(partitions=3)
+    group = kafka.name("g")
+    members = _fill_group(kafka, group, topic, "consumer")
+    third, r3 = Consumer(kafka.consumer_conf(group, "consumer")), Received()
+    third.subscribe([topic])
+    try:
+        pump(
+            [*members, (third, r3)],
+            lambda: any(e.code() == KafkaError._FATAL for e in r3.errors),
+            timeout=30,
+            what="a _FATAL event from poll()",
+        )
+        fatal = next(e for e in r3.errors if e.code() == KafkaError._FATAL)
+        assert "maximum size" in fatal.str(), fatal
+        assert third.assignment() == []
+    finally:
+        for c, _ in [*members, (third, r3)]:
+            c.close()

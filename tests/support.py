@@ -1,0 +1,65 @@
+"""Helpers shared by the integration tests: polling several members, recording what they got."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, Message
+
+from safeconsumer.testing import wait_until
+
+
+@dataclass
+class Received:
+    """Records one consumer returned, as (topic, partition, offset, value)."""
+
+    records: list[tuple[str, int, int, bytes]] = field(default_factory=list)
+    errors: list[KafkaError] = field(default_factory=list)
+
+    def add(self, msg: Message | None) -> None:
+        if msg is None:
+            return
+        err = msg.error()
+        if err is not None:
+            self.errors.append(err)
+            return
+        self.records.append((msg.topic(), msg.partition(), msg.offset(), msg.value()))  # type: ignore[arg-type]
+
+    @property
+    def values(self) -> list[bytes]:
+        return [r[3] for r in self.records]
+
+    def ids(self) -> list[int]:
+        return [int(v.split(b".")[0]) for v in self.values]
+
+    def partitions(self) -> set[tuple[str, int]]:
+        return {(r[0], r[1]) for r in self.records}
+
+
+def poll_each(members: Sequence[tuple[Consumer, Received]], timeout: float = 0.05) -> None:
+    for consumer, received in members:
+        received.add(consumer.poll(timeout))
+
+
+def pump(
+    members: Sequence[tuple[Consumer, Received]],
+    until: Callable[[], object],
+    *,
+    timeout: float,
+    what: str,
+) -> None:
+    """Poll every member in turn until ``until()`` holds (a deadline, never a bare sleep)."""
+    wait_until(until, timeout=timeout, what=what, step=lambda: poll_each(members))
+
+
+def pump_for(members: Sequence[tuple[Consumer, Received]], seconds: float) -> None:
+    """Keep members polling for a fixed window: used only to show that something does NOT happen."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        poll_each(members)
+
+
+def keys(tps: Iterable[object]) -> set[tuple[str, int]]:
+    return {(tp.topic, tp.partition) for tp in tps}  # type: ignore[attr-defined]
