@@ -19,7 +19,7 @@ from typing import Any, Literal, cast, overload
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from ._delivery import DeliveryGate, DeliveryStats
+from ._delivery import DeliveryGate, DeliveryStats, next_offset
 from ._errors import ConsumerClosedError, InvalidPauseRequest, PauseStateError
 from ._pause import Key, PauseLedger, PauseState, keys_of, parse_topic_entries, subscription_can_match
 from ._rebalance import RebalanceCallback, RebalanceHandler
@@ -335,15 +335,7 @@ class SafeConsumer(Consumer):
                     raise TypeError(f"commit() message must be a Message, got {type(message).__name__}")
                 if message.error() is not None:
                     raise TypeError("commit() cannot commit an error event")
-                leader_epoch = message.leader_epoch()
-                offsets = [
-                    TopicPartition(
-                        cast(str, message.topic()),
-                        cast(int, message.partition()),
-                        cast(int, message.offset()) + 1,
-                        leader_epoch=leader_epoch,
-                    )
-                ]
+                offsets = [next_offset(message)]
             if offsets is not None:
                 _partition_keys(offsets, "commit")
                 offsets = self._owned_offsets("commit", offsets)

@@ -34,6 +34,16 @@ logger = logging.getLogger("safeconsumer")
 PurgeReason = Literal["revoked", "lost", "unowned", "seek"]
 
 
+def next_offset(msg: Message) -> TopicPartition:
+    """The offset to store or commit once ``msg`` is processed, with its leader epoch when known."""
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    assert topic is not None and partition is not None and offset is not None, "not a record"
+    epoch = msg.leader_epoch()
+    if epoch is None:
+        return TopicPartition(topic, partition, offset + 1)
+    return TopicPartition(topic, partition, offset + 1, leader_epoch=epoch)
+
+
 @dataclass(frozen=True)
 class DeliveryStats:
     """Counters of what the delivery gate did, since the consumer was created."""
@@ -195,11 +205,7 @@ class DeliveryGate:
             return
         self._last_flush = now
         pending, self._pending = self._pending, {}
-        offsets = [
-            TopicPartition(t, p, m.offset() + 1, leader_epoch=m.leader_epoch())  # type: ignore[operator]
-            for (t, p), m in pending.items()
-            if (t, p) in self.owned
-        ]
+        offsets = [next_offset(m) for key, m in pending.items() if key in self.owned]
         if offsets:
             self._store(offsets)
 

@@ -63,3 +63,35 @@ def pump_for(members: Sequence[tuple[Consumer, Received]], seconds: float) -> No
 
 def keys(tps: Iterable[object]) -> set[tuple[str, int]]:
     return {(tp.topic, tp.partition) for tp in tps}  # type: ignore[attr-defined]
+
+
+def checked_poll(consumer: object, received: Received, timeout: float = 0.05) -> None:
+    """Poll a SafeConsumer and check I1 and I2 at the moment the record is returned."""
+    from safeconsumer import SafeConsumer
+
+    assert isinstance(consumer, SafeConsumer)
+    msg = consumer.poll(timeout)
+    if msg is not None and msg.error() is None:
+        key = (msg.topic(), msg.partition())
+        assert key not in keys(consumer.paused()), f"I1: a record of paused {key} was returned"
+        assert consumer.owns(msg), f"I2: a record of unowned {key} was returned"
+    received.add(msg)
+
+
+def checked_pump(
+    members: Sequence[tuple[Consumer, Received]], until: Callable[[], object], *, timeout: float, what: str
+) -> None:
+    """Like :func:`pump`, checking I1 and I2 on every record returned."""
+
+    def step() -> None:
+        for consumer, received in members:
+            checked_poll(consumer, received)
+
+    wait_until(until, timeout=timeout, what=what, step=step)
+
+
+def checked_pump_for(members: Sequence[tuple[Consumer, Received]], seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for consumer, received in members:
+            checked_poll(consumer, received)
