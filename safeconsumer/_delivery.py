@@ -143,7 +143,7 @@ class DeliveryGate:
         # of the batch (and the last record of each) come from C-level map/zip loops. When
         # all are owned, none is paused and no last record is an error event, the whole
         # batch may go out as it is.
-        last = dict(zip(zip(map(_topic, msgs), map(_partition, msgs)), msgs))
+        last = dict(zip(zip(map(_topic, msgs), map(_partition, msgs), strict=True), msgs, strict=True))
         if owned.issuperset(last) and paused.isdisjoint(last) and not any(map(_error, last.values())):
             self.delivered += len(msgs)
             if self.auto_store:
