@@ -2,11 +2,16 @@
 
 Produces N records of 100 bytes to a 4-partition topic on a real broker (the embedded one
 unless KAFKA_BOOTSTRAP_SERVERS is set), then reads them all, alternating raw and safe
-consumers (each in a fresh group, default config: auto-commit and auto offset store on),
-for several rounds, with ``poll()`` and with ``consume(500)``. Reports the median
-records/s of each and the median ratio safe/raw.
+consumers (each in a fresh group, default config: auto-commit and auto offset store on,
+which goes first alternates by round), for several rounds, with ``poll()`` and with
+``consume(500)``.
 
-    python -m benchmarks.throughput [--records 1000000] [--rounds 3]
+Reports, per call style, the median records/s of each, the median ratio safe/raw, and the
+consumer process's CPU time per record (user+system of this process, which includes
+librdkafka's threads): wall-clock throughput on a small machine is dominated by fetch
+stalls of the shared broker, CPU per record shows what the wrapper itself costs.
+
+    python -m benchmarks.throughput [--records 1000000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -21,29 +26,28 @@ from confluent_kafka import Consumer
 from safeconsumer import SafeConsumer
 from safeconsumer.testing import KafkaTestKit, start_broker, unique_name
 
+Factory = Callable[[dict[str, object]], Consumer]
 
-def _read_all(
-    make: Callable[[dict[str, object]], Consumer], conf: dict[str, object], topic: str, n: int, mode: str
-) -> float:
+
+def _read_all(make: Factory, conf: dict[str, object], topic: str, n: int, mode: str) -> tuple[float, float]:
+    """Records/s (wall clock) and CPU microseconds per record, from the first record to the last."""
     c = make(conf)
     c.subscribe([topic])
     got = 0
-    started = 0.0
+    started = cpu_started = 0.0
     try:
         while got < n:
-            if mode == "poll":
+            if mode == "poll()":
                 msg = c.poll(1.0)
-                if msg is None or msg.error() is not None:
-                    continue
-                if not started:
-                    started = time.perf_counter()
-                got += 1
+                batch = 0 if msg is None or msg.error() is not None else 1
             else:
-                msgs = c.consume(500, 1.0)
-                if msgs and not started:
-                    started = time.perf_counter()
-                got += sum(1 for m in msgs if m.error() is None)
-        return got / (time.perf_counter() - started)
+                batch = sum(1 for m in c.consume(500, 1.0) if m.error() is None)
+            if batch and not started:
+                started, cpu_started = time.perf_counter(), time.process_time()
+            got += batch
+        wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
+        return got / wall, cpu / got * 1e6
     finally:
         c.close()
 
@@ -51,7 +55,7 @@ def _read_all(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     with start_broker() as broker:
         kit = KafkaTestKit(broker.bootstrap_servers, prefix="bench")
@@ -59,24 +63,28 @@ def main() -> None:
         started = time.perf_counter()
         kit.produce(topic, args.records, partitions=4, value_size=100)
         print(f"produced {args.records} x 100 B in {time.perf_counter() - started:.1f}s to {topic}", flush=True)
+        order: list[tuple[str, Factory]] = [("raw", Consumer), ("safe", SafeConsumer)]
         for mode in ("consume(500)", "poll()"):
             rates: dict[str, list[float]] = {"raw": [], "safe": []}
-            ratios = []
+            cpus: dict[str, list[float]] = {"raw": [], "safe": []}
             for r in range(args.rounds):
-                for name, make in (("raw", Consumer), ("safe", SafeConsumer)):
+                # Alternate which goes first, so neither always meets a warmer broker.
+                for name, make in order if r % 2 == 0 else order[::-1]:
                     conf: dict[str, object] = {
                         "bootstrap.servers": broker.bootstrap_servers,
                         "group.id": unique_name("bench"),
                         "auto.offset.reset": "earliest",
                     }
-                    rate = _read_all(make, conf, topic, args.records, "poll" if mode == "poll()" else "consume")
+                    rate, cpu = _read_all(make, conf, topic, args.records, mode)
                     rates[name].append(rate)
-                    print(f"  {mode:13} round {r + 1} {name:4}: {rate:>10,.0f} records/s", flush=True)
-                ratios.append(rates["safe"][-1] / rates["raw"][-1])
+                    cpus[name].append(cpu)
+                    print(f"  {mode:13} round {r + 1} {name:4}: {rate:>10,.0f} records/s  {cpu:5.2f} us CPU/record")
+            ratios = [s / r for s, r in zip(rates["safe"], rates["raw"], strict=True)]
             print(
                 f"{mode:13} raw median {statistics.median(rates['raw']):>10,.0f}/s  "
                 f"safe median {statistics.median(rates['safe']):>10,.0f}/s  "
-                f"median ratio safe/raw {statistics.median(ratios):.2f}",
+                f"median ratio safe/raw {statistics.median(ratios):.2f}  "
+                f"CPU/record raw {statistics.median(cpus['raw']):.2f} us, safe {statistics.median(cpus['safe']):.2f} us",
                 flush=True,
             )
         kit.close()

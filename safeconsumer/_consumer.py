@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, cast, overload
 
@@ -27,6 +28,9 @@ from ._rebalance import RebalanceCallback, RebalanceHandler
 logger = logging.getLogger("safeconsumer")
 
 _TRUE = {"true", "1", "yes", "on"}
+
+#: How many records one poll() reads from librdkafka at most; the rest wait in the gate.
+_READ_AHEAD = 64
 
 
 class _State(enum.Enum):
@@ -82,6 +86,9 @@ class SafeConsumer(Consumer):
         self._subscription: list[str] | None = None
         self._ledger = PauseLedger()
         self._gate = DeliveryGate(self._raw_store, auto_store=auto_store)
+        max_poll_s = float(config.get("max.poll.interval.ms", 300000)) / 1000
+        self._real_call_every = min(1.0, max_poll_s / 10)
+        self._last_call = time.monotonic()
         self._rebalance = RebalanceHandler(self, self._ledger, self._gate, incremental=_is_incremental(config))
 
     def __repr__(self) -> str:
@@ -126,20 +133,34 @@ class SafeConsumer(Consumer):
         if self._state is _State.CLOSED:
             raise self._closed("poll")
         gate = self._gate
+        ahead = gate.ahead
         with self._lock:
             if gate.has_releasable:
                 ready = gate.release(1)
                 if ready:
                     return ready[0]
-            gate.flush()
-            msg = super().poll(-1 if timeout is None else timeout)
-            while msg is not None:
+            wait = -1.0 if timeout is None else timeout
+            while True:
+                # Records are read from librdkafka a batch at a time and handed out one by
+                # one: one C call per batch instead of per record. A call reaches librdkafka
+                # at least every _real_call_every seconds, so its max.poll.interval.ms clock
+                # and rebalance callbacks are served as if every poll() reached it.
+                if not ahead or time.monotonic() - self._last_call >= self._real_call_every:
+                    ahead.extend(Consumer.consume(self, _READ_AHEAD, 0))
+                    self._last_call = time.monotonic()
+                if ahead:
+                    msg = ahead.popleft()
+                else:
+                    polled = Consumer.poll(self, wait)
+                    self._last_call = time.monotonic()
+                    if polled is None:
+                        gate.flush()  # an idle moment: store what is due
+                        return None
+                    msg = polled
                 out = gate.admit(msg)
                 if out is not None:
                     return out
-                # Withheld or dropped: keep serving the caller without waiting again.
-                msg = super().poll(0)
-            return None
+                wait = 0  # withheld or dropped: keep serving the caller without waiting again
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         if self._state is _State.CLOSED:
@@ -149,11 +170,15 @@ class SafeConsumer(Consumer):
             released: list[Message] = []
             if gate.has_releasable:
                 released = gate.release(num_messages)
-                if len(released) >= num_messages:
-                    return released
-            gate.flush()
-            wait = 0 if released else timeout
-            msgs = super().consume(num_messages - len(released), wait)
+            ahead = gate.ahead
+            if ahead and len(released) < num_messages:
+                # Records poll() read ahead come first, in order.
+                take = [ahead.popleft() for _ in range(min(num_messages - len(released), len(ahead)))]
+                released += gate.admit_batch(take)
+            if len(released) >= num_messages:
+                return released
+            msgs = Consumer.consume(self, num_messages - len(released), 0 if released else timeout)
+            self._last_call = time.monotonic()
             out = gate.admit_batch(msgs) if msgs else msgs
             return released + out if released else out
 
@@ -374,10 +399,16 @@ class SafeConsumer(Consumer):
             return super().committed(partitions, timeout)
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """As confluent_kafka's: the offset after the last record *the application* received."""
         if self._state is _State.CLOSED:
             raise self._closed("position")
         with self._lock:
-            return super().position(partitions)
+            positions = super().position(partitions)
+            for tp in positions:
+                first = self._gate.first_undelivered((tp.topic, tp.partition))
+                if first is not None:
+                    tp.offset = first
+            return positions
 
     def seek(self, partition: TopicPartition) -> None:
         if self._state is _State.CLOSED:

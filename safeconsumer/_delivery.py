@@ -12,8 +12,9 @@ At the moment a record would be returned it is checked against the current state
 The underlying client runs with ``enable.auto.offset.store=false``: librdkafka would
 otherwise store the offset of every record it gives *us*, including withheld ones,
 and the auto-committer could commit past a record the application never saw.
-Offsets of delivered records are stored in batches: at most ``flush_interval``
-seconds late, and always before a commit, a revocation and close.
+Offsets of delivered records are stored in batches: when ``flush_interval`` seconds
+have passed (checked per batch, every 16 records of ``poll()`` and whenever ``poll()``
+comes back empty), and always before a commit, a revocation and close.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from confluent_kafka import Message, TopicPartition
 from ._pause import Key
 
 logger = logging.getLogger("safeconsumer")
+
+#: poll() checks the clock for a due offset store once per this many records, not per record.
+_FLUSH_EVERY = 16
 
 _topic = Message.topic
 _partition = Message.partition
@@ -90,8 +94,11 @@ class DeliveryGate:
         #: Effectively paused partitions of the assignment. Written only by the rebalance handler.
         self.paused: frozenset[Key] = frozenset()
         self._held: dict[Key, deque[Message]] = {}
+        #: Records read ahead from librdkafka by poll(), not yet through the gate, in order.
+        self.ahead: deque[Message] = deque()
         self._maybe_releasable = False
         self._pending: dict[Key, Message] = {}
+        self._unflushed = 0
         self._last_flush = time.monotonic()
         self.delivered = 0
         self.withheld = 0
@@ -105,14 +112,20 @@ class DeliveryGate:
         self._maybe_releasable = bool(self._held)
 
     def purge(self, keys: Iterable[Key], reason: PurgeReason) -> int:
-        """Drop withheld records (and unstored offsets) of partitions leaving or rewound."""
+        """Drop withheld and read-ahead records (and unstored offsets) of partitions leaving or rewound."""
         dropped = 0
-        for key in keys:
+        gone = set(keys)
+        for key in gone:
             queue = self._held.pop(key, None)
             if queue:
                 dropped += len(queue)
             if reason != "seek":
                 self._pending.pop(key, None)
+        if self.ahead:
+            kept = [m for m in self.ahead if (m.topic(), m.partition()) not in gone]
+            dropped += len(self.ahead) - len(kept)
+            self.ahead.clear()  # in place: poll() holds a reference across callbacks
+            self.ahead.extend(kept)
         if dropped:
             self.purged[reason] += dropped
             logger.warning("purged %d withheld record(s) of %s partitions", dropped, reason)
@@ -124,17 +137,20 @@ class DeliveryGate:
         if msg.error() is not None:
             return msg
         key = (msg.topic(), msg.partition())
+        if key in self.owned and key not in self.paused:
+            self.delivered += 1
+            if self.auto_store:
+                self._pending[key] = msg
+                self._unflushed += 1
+                if self._unflushed >= _FLUSH_EVERY:
+                    self.flush()
+            return msg
         if key not in self.owned:
             self.purged["unowned"] += 1
-            logger.warning("dropped 1 record of unowned partition %s[%d]", key[0], key[1])
-            return None
-        if key in self.paused:
+            logger.warning("dropped 1 record of unowned partition %s[%s]", key[0], key[1])
+        else:
             self._hold(key, msg)
-            return None
-        self.delivered += 1
-        if self.auto_store:
-            self._pending[key] = msg
-        return msg
+        return None
 
     def admit_batch(self, msgs: list[Message]) -> list[Message]:
         """The records of ``msgs`` the application may have now, in order."""
@@ -148,6 +164,7 @@ class DeliveryGate:
             self.delivered += len(msgs)
             if self.auto_store:
                 self._pending.update(last)  # type: ignore[arg-type]
+                self.flush()
             return msgs
         return self._admit_each(msgs)
 
@@ -176,6 +193,7 @@ class DeliveryGate:
         self.delivered += len(out) - errors
         if last and self.auto_store:
             self._pending.update(last)
+            self.flush()
         return out
 
     def _hold(self, key: Key, msg: Message) -> None:
@@ -209,6 +227,15 @@ class DeliveryGate:
                     self._pending[(msg.topic(), msg.partition())] = msg  # type: ignore[index]
         return out
 
+    def first_undelivered(self, key: Key) -> int | None:
+        """Offset of the first record of ``key`` received from librdkafka but not yet delivered."""
+        offsets = [m.offset() for m in self.ahead if (m.topic(), m.partition()) == key and m.error() is None]
+        held = self._held.get(key)
+        if held:
+            offsets.append(held[0].offset())
+        found = [o for o in offsets if o is not None]
+        return min(found) if found else None
+
     @property
     def held_count(self) -> int:
         return sum(len(q) for q in self._held.values())
@@ -218,6 +245,7 @@ class DeliveryGate:
         """Store the offsets of delivered records (all of them when ``force``)."""
         if not self._pending:
             return
+        self._unflushed = 0
         now = time.monotonic()
         if not force and now - self._last_flush < self.flush_interval:
             return

@@ -5,9 +5,7 @@ effective set restricted to the new assignment, before a record of a newly assig
 partition can be returned:
 
 - ``on_assign``: the assignment is applied (the user's callback may do it itself, with
-  explicit offsets), then effectively paused new partitions are paused and all other
-  new partitions resumed, so a stale app-pause flag left inside librdkafka cannot
-  survive.
+  explicit offsets), then effectively paused new partitions are paused.
 - ``on_revoke`` / ``on_lost``: delivered offsets are stored first (so the commit librdkafka
   makes on revocation includes them), the user's callback runs while the partitions
   are still owned, and then - in a ``finally``, even if the callback raised - the
@@ -153,17 +151,18 @@ class RebalanceHandler:
     def sync(self, fresh: Iterable[Key] = ()) -> None:
         """Make librdkafka's pause flags equal the effective set of the current assignment.
 
-        ``fresh`` partitions were just assigned: whatever flag librdkafka kept for them
-        from an earlier life is overwritten.
+        ``fresh`` partitions were just assigned; those effectively paused are paused even
+        if librdkafka was told so before. Fresh partitions that are not paused are left
+        alone: every partition is resumed inside librdkafka as it leaves (``left``), so
+        none carries a stale flag, and a needless resume would restart its fetch.
         """
         effective = self._ledger.effective(self.owned)
         if self._in_assign_callback and not self._assign_called:
             # librdkafka has not been given the assignment yet; on_assign syncs once it has.
             self._gate.set_paused(effective)
             return
-        fresh_set = set(fresh) & self.owned
-        to_pause = (effective - self._applied) | (effective & fresh_set)
-        to_resume = (self._applied - effective) | (fresh_set - effective)
+        to_pause = (effective - self._applied) | (effective & set(fresh))
+        to_resume = self._applied - effective
         if to_pause:
             Consumer.pause(self._consumer, _tps(to_pause))
         if to_resume:
