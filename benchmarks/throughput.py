@@ -84,7 +84,8 @@ def main() -> None:
                 f"{mode:13} raw median {statistics.median(rates['raw']):>10,.0f}/s  "
                 f"safe median {statistics.median(rates['safe']):>10,.0f}/s  "
                 f"median ratio safe/raw {statistics.median(ratios):.2f}  "
-                f"CPU/record raw {statistics.median(cpus['raw']):.2f} us, safe {statistics.median(cpus['safe']):.2f} us",
+                f"CPU/record raw {statistics.median(cpus['raw']):.2f} us, "
+                f"safe {statistics.median(cpus['safe']):.2f} us",
                 flush=True,
             )
         kit.close()
