@@ -11,17 +11,19 @@ consumer may be shared between threads; rebalance callbacks run inside ``poll()`
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal, cast, overload
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from ._delivery import DeliveryGate, DeliveryStats, next_offset
 from ._errors import ConsumerClosedError, InvalidPauseRequest, PauseStateError
+from ._keepalive import KeepaliveMode, Keeper
 from ._pause import Key, PauseLedger, PauseState, keys_of, parse_topic_entries, subscription_can_match
 from ._rebalance import RebalanceCallback, RebalanceHandler
 
@@ -56,6 +58,14 @@ def _is_incremental(conf: Mapping[str, Any]) -> bool:
     return "cooperative" in str(conf.get("partition.assignment.strategy", "")).lower()
 
 
+def _positive(name: str, value: float | None, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
 def _partition_keys(partitions: object, method: str) -> list[Key]:
     """Keys of a TopicPartition list, raising TypeError as confluent_kafka does for bad input."""
     if not isinstance(partitions, list) or not all(isinstance(tp, TopicPartition) for tp in partitions):
@@ -72,10 +82,35 @@ class SafeConsumer(Consumer):
     arguments, never config keys.
     """
 
-    def __init__(self, conf: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
-        config: dict[str, Any] = {**(conf or {}), **kwargs}
+    def __init__(
+        self,
+        conf: Mapping[str, Any] | None = None,
+        /,
+        *,
+        keepalive: KeepaliveMode = "auto",
+        keepalive_after: float | None = None,
+        keepalive_max: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Create the consumer.
+
+        :param conf: the config dict ``confluent_kafka.Consumer`` takes; ``kwargs`` are merged in.
+        :param keepalive: ``"auto"`` (default): if the application stops calling ``poll()`` /
+            ``consume()`` for ``keepalive_after`` seconds, a background thread keeps the member
+            in its group without consuming, until the next call. ``"off"``: never.
+        :param keepalive_after: idle seconds before the automatic keepalive parks the consumer;
+            default half of ``max.poll.interval.ms``.
+        :param keepalive_max: ceiling of one automatic parked span, in seconds; past it the member
+            is left to be evicted. Default ten times ``max.poll.interval.ms``.
+        """
         if not isinstance(conf, Mapping) and conf is not None:
             raise TypeError(f"SafeConsumer expects a config dict, got {type(conf).__name__}")
+        if keepalive not in ("auto", "off"):
+            raise ValueError(f"keepalive must be 'auto' or 'off', got {keepalive!r}")
+        config: dict[str, Any] = {**(conf or {}), **kwargs}
+        max_poll_s = float(config.get("max.poll.interval.ms", 300000)) / 1000
+        after = _positive("keepalive_after", keepalive_after, max_poll_s / 2)
+        ceiling = _positive("keepalive_max", keepalive_max, max_poll_s * 10)
         self._group_id = str(config.get("group.id", ""))
         auto_store = _conf_bool(config.get("enable.auto.offset.store"), True)
         # The gate stores offsets itself, only for records it hands out (see _delivery).
@@ -86,15 +121,19 @@ class SafeConsumer(Consumer):
         self._subscription: list[str] | None = None
         self._ledger = PauseLedger()
         self._gate = DeliveryGate(self._raw_store, auto_store=auto_store)
-        max_poll_s = float(config.get("max.poll.interval.ms", 300000)) / 1000
         self._real_call_every = min(1.0, max_poll_s / 10)
+        #: When the application's poll()/consume() last reached librdkafka.
         self._last_call = time.monotonic()
         self._rebalance = RebalanceHandler(self, self._ledger, self._gate, incremental=_is_incremental(config))
+        self._keeper = Keeper(self, mode=keepalive, after=after, ceiling=ceiling)
 
     def __repr__(self) -> str:
         return f"<SafeConsumer group={self._group_id!r} {self._state.value}>"
 
     # -- state ---------------------------------------------------------------------------
+    def _closing_or_closed(self) -> bool:
+        return self._state is not _State.OPEN
+
     def _closed(self, method: str) -> ConsumerClosedError:
         return ConsumerClosedError(f"SafeConsumer for group {self._group_id!r} is closed: cannot call {method}()")
 
@@ -135,6 +174,8 @@ class SafeConsumer(Consumer):
         gate = self._gate
         ahead = gate.ahead
         with self._lock:
+            if self._keeper.auto_parked or not self._keeper._app_active:
+                self._app_is_back()
             if gate.has_releasable:
                 ready = gate.release(1)
                 if ready:
@@ -167,6 +208,8 @@ class SafeConsumer(Consumer):
             raise self._closed("consume")
         gate = self._gate
         with self._lock:
+            if self._keeper.auto_parked or not self._keeper._app_active:
+                self._app_is_back()
             released: list[Message] = []
             if gate.has_releasable:
                 released = gate.release(num_messages)
@@ -181,6 +224,39 @@ class SafeConsumer(Consumer):
             self._last_call = time.monotonic()
             out = gate.admit_batch(msgs) if msgs else msgs
             return released + out if released else out
+
+    def _app_is_back(self) -> None:
+        keeper = self._keeper
+        if not keeper._app_active:
+            keeper.app_started()
+        keeper.unpark_auto()
+
+    # -- keepalive -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def keepalive(self) -> Iterator[None]:
+        """Keep the member in its group while the block does long work, without consuming.
+
+        Every assigned partition (and any assigned during the block) is parked: paused for
+        the keepalive only, apart from your own pause intent, which ``pause``/``resume``
+        calls inside the block still change. A background thread polls often enough for
+        ``max.poll.interval.ms`` and serves rebalances - rebalance callbacks then run on that
+        thread. Records fetched meanwhile are withheld, never lost. On exit your pause
+        intent applies again and consumption resumes in order. Blocks nest, also across
+        threads: the consumer stays parked until the last one exits.
+        """
+        if self._state is _State.CLOSED:
+            raise self._closed("keepalive")
+        self._keeper.enter()
+        try:
+            yield
+        finally:
+            if self._state is _State.OPEN:
+                self._keeper.exit()
+
+    @property
+    def parked(self) -> bool:
+        """Whether the keepalive has parked this consumer right now (manual or automatic)."""
+        return self._keeper.parked
 
     # -- assignment ------------------------------------------------------------------------
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -308,7 +384,8 @@ class SafeConsumer(Consumer):
         if self._state is _State.CLOSED:
             raise self._closed("paused")
         with self._lock:
-            return [TopicPartition(t, p) for t, p in sorted(self._gate.paused)]
+            effective = self._ledger.effective(self._gate.owned)
+            return [TopicPartition(t, p) for t, p in sorted(effective)]
 
     def pause_state(self) -> PauseState:
         """A frozen snapshot of pause intent (consumer, topics, patterns, partitions) and its effect."""
@@ -465,7 +542,11 @@ class SafeConsumer(Consumer):
 
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
-        """Leave the group and release the client. Calling it again does nothing."""
+        """Leave the group and release the client. Calling it again does nothing. Any thread may call it."""
+        if self._state is not _State.OPEN:
+            return
+        # The keeper polls under the lock: stop (and join) it before taking the lock.
+        self._keeper.stop()
         with self._lock:
             if self._state is not _State.OPEN:
                 return

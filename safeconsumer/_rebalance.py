@@ -59,6 +59,8 @@ class RebalanceHandler:
         self._in_assign_callback = False
         self._assign_called = False
         self.rebalances = 0
+        #: Parked by the keepalive: every owned partition paused in librdkafka and at the gate.
+        self.parked = False
 
     @property
     def owned(self) -> set[Key]:
@@ -146,7 +148,7 @@ class RebalanceHandler:
             self._limbo |= gone & self._ledger.partitions
         else:
             self._ledger.unmark_partitions(gone)
-        self._gate.set_paused(self._ledger.effective(self.owned))
+        self._gate.set_paused(frozenset(self.owned) if self.parked else self._ledger.effective(self.owned))
 
     def sync(self, fresh: Iterable[Key] = ()) -> None:
         """Make librdkafka's pause flags equal the effective set of the current assignment.
@@ -156,7 +158,7 @@ class RebalanceHandler:
         alone: every partition is resumed inside librdkafka as it leaves (``left``), so
         none carries a stale flag, and a needless resume would restart its fetch.
         """
-        effective = self._ledger.effective(self.owned)
+        effective = frozenset(self.owned) if self.parked else self._ledger.effective(self.owned)
         if self._in_assign_callback and not self._assign_called:
             # librdkafka has not been given the assignment yet; on_assign syncs once it has.
             self._gate.set_paused(effective)
@@ -169,6 +171,11 @@ class RebalanceHandler:
             self._resume_raw(to_resume)
         self._applied = set(effective)
         self._gate.set_paused(effective)
+
+    def set_parked(self, parked: bool) -> None:
+        """Park (keepalive) or un-park: the user's intent is untouched, librdkafka follows both."""
+        self.parked = parked
+        self.sync()
 
     def _resume_raw(self, keys: set[Key]) -> None:
         try:

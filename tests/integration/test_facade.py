@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import confluent_kafka
 import pytest
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -93,7 +95,9 @@ def test_bad_input_raises_what_confluent_kafka_raises(kafka: KafkaTestKit) -> No
 
 
 def test_keyword_config_is_merged_like_confluent_kafka(kafka: KafkaTestKit) -> None:
-    c = SafeConsumer(**{"bootstrap.servers": kafka.bootstrap_servers, "group.id": kafka.name("g")})
+    settings: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers, "group.id": kafka.name("g")}
+    c = SafeConsumer(**settings)
     c.close()
-    c = SafeConsumer({"bootstrap.servers": kafka.bootstrap_servers}, **{"group.id": kafka.name("g")})
+    group: dict[str, Any] = {"group.id": kafka.name("g")}
+    c = SafeConsumer({"bootstrap.servers": kafka.bootstrap_servers}, **group)
     c.close()

@@ -1,0 +1,187 @@
+"""I5: a member inside keepalive() (or parked automatically) outlives max.poll.interval.ms."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from safeconsumer import SafeConsumer
+from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
+
+from ..support import Received, checked_pump, keys, pump
+
+MAX_POLL_MS = 3000  # the smallest librdkafka accepts is session.timeout.ms; tests keep it short
+WORK = 3 * MAX_POLL_MS / 1000 + 1  # "long work": more than three max.poll intervals
+
+
+class Watch:
+    """A peer's view of the group: every rebalance callback it saw."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, set[tuple[str, int]]]] = []
+
+    def on_assign(self, _c: Any, parts: list[TopicPartition]) -> None:
+        self.events.append(("assign", keys(parts)))
+
+    def on_revoke(self, _c: Any, parts: list[TopicPartition]) -> None:
+        self.events.append(("revoke", keys(parts)))
+
+
+def _conf(kafka: KafkaTestKit, group: str, protocol: Protocol, **extra: Any) -> dict[str, Any]:
+    conf = kafka.consumer_conf(group, protocol, max_poll_interval_ms=MAX_POLL_MS, **extra)
+    if protocol != "consumer":
+        conf["session.timeout.ms"] = 3000
+        conf["heartbeat.interval.ms"] = 300
+    return conf
+
+
+def _two_members(
+    kafka: KafkaTestKit, protocol: Protocol, make_a: Any
+) -> tuple[str, str, Any, Received, SafeConsumer, Received, Watch]:
+    topic = kafka.create_topic(partitions=2)
+    group = kafka.name("g")
+    kafka.produce(topic, 100, partitions=2)
+    a, ra = make_a(_conf(kafka, group, protocol)), Received()
+    a.subscribe([topic])
+    watch = Watch()
+    peer, rp = SafeConsumer(_conf(kafka, group, protocol)), Received()
+    peer.subscribe([topic], on_assign=watch.on_assign, on_revoke=watch.on_revoke)
+    pump([(a, ra), (peer, rp)], lambda: len(a.assignment()) == 1 == len(peer.assignment()), timeout=45, what="split")
+    pump([(a, ra), (peer, rp)], lambda: len(ra.records) + len(rp.records) >= 100, timeout=30, what="100 records")
+    return topic, group, a, ra, peer, rp, watch
+
+
+def _peer_polls_while(peer: Consumer, rp: Received, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        rp.add(peer.poll(0.1))
+
+
+def test_manual_keepalive_keeps_the_member(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    topic, group, a, ra, peer, rp, watch = _two_members(kafka, protocol, SafeConsumer)
+    before = kafka.describe_group(group)
+    events_before = len(watch.events)
+    kafka.produce(topic, 100, partitions=2, start=100)
+    with a.keepalive():
+        assert a.parked
+        worker = threading.Thread(target=_peer_polls_while, args=(peer, rp, WORK))
+        worker.start()
+        worker.join()  # the "long work" of A: WORK seconds without a poll
+    assert not a.parked
+    assert len(watch.events) == events_before, f"the peer saw a rebalance: {watch.events[events_before:]}"
+    after = kafka.describe_group(group)
+    assert after.member_ids == before.member_ids and after.assignment == before.assignment
+    checked_pump([(a, ra), (peer, rp)], lambda: len(ra.records) + len(rp.records) >= 200, timeout=30, what="all 200")
+    ids = ra.ids() + rp.ids()
+    assert sorted(ids) == list(range(200)), "lost or duplicated records"
+    assert not [e for e in ra.errors if e.code() == KafkaError._MAX_POLL_EXCEEDED]
+    a.close()
+    peer.close()
+
+
+def test_raw_consumer_doing_the_same_is_evicted(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    _, _, a, _ra, peer, rp, watch = _two_members(kafka, protocol, Consumer)
+    events_before = len(watch.events)
+    _peer_polls_while(peer, rp, WORK)  # A works without polling
+    wait_until(
+        lambda: len(peer.assignment()) == 2,
+        timeout=30,
+        what="the peer to take over",
+        step=lambda: rp.add(peer.poll(0.1)),
+    )
+    assert len(watch.events) > events_before
+    a.close()
+    peer.close()
+
+
+def test_automatic_keepalive_needs_no_code_change(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    make = lambda conf: SafeConsumer(conf, keepalive_after=1.0)  # noqa: E731
+    topic, _group, a, ra, peer, rp, watch = _two_members(kafka, protocol, make)
+    events_before = len(watch.events)
+    kafka.produce(topic, 100, partitions=2, start=100)
+    _peer_polls_while(peer, rp, WORK)  # A is "processing a record" all this time
+    assert len(watch.events) == events_before, f"the peer saw a rebalance: {watch.events[events_before:]}"
+    checked_pump([(a, ra), (peer, rp)], lambda: len(ra.records) + len(rp.records) >= 200, timeout=30, what="all 200")
+    assert sorted(ra.ids() + rp.ids()) == list(range(200))
+    assert not a.parked
+    a.close()
+    peer.close()
+
+
+def test_keepalive_off_is_evicted_like_raw(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    make = lambda conf: SafeConsumer(conf, keepalive="off")  # noqa: E731
+    _, _, a, _ra, peer, rp, watch = _two_members(kafka, protocol, make)
+    events_before = len(watch.events)
+    _peer_polls_while(peer, rp, WORK)
+    wait_until(
+        lambda: len(peer.assignment()) == 2,
+        timeout=30,
+        what="the peer to take over",
+        step=lambda: rp.add(peer.poll(0.1)),
+    )
+    assert len(watch.events) > events_before
+    a.close()
+    peer.close()
+
+
+def test_keepalive_ceiling_lets_a_stuck_member_go(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    make = lambda conf: SafeConsumer(conf, keepalive_after=0.5, keepalive_max=1.0)  # noqa: E731
+    _, _, a, _ra, peer, rp, _ = _two_members(kafka, protocol, make)
+    wait_until(
+        lambda: len(peer.assignment()) == 2,
+        timeout=30,
+        what="the peer to take over",
+        step=lambda: rp.add(peer.poll(0.1)),
+    )
+    a.close()
+    peer.close()
+
+
+def test_partitions_moving_during_keepalive_never_reach_the_parked_app(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    topic = kafka.create_topic(partitions=4)
+    group = kafka.name("g")
+    kafka.produce(topic, 200, partitions=4)
+    a, ra = SafeConsumer(_conf(kafka, group, protocol)), Received()
+    a.subscribe([topic])
+    checked_pump([(a, ra)], lambda: len(a.assignment()) == 4 and len(ra.records) >= 20, timeout=30, what="A reads")
+    b, rb = SafeConsumer(_conf(kafka, group, protocol)), Received()
+    with a.keepalive():
+        b.subscribe([topic])
+        pump(
+            [(b, rb)],
+            lambda: len(b.assignment()) >= 1 and len(a.assignment()) + len(b.assignment()) == 4,
+            timeout=45,
+            what="B joins",
+        )
+        b.close()
+        pump([], lambda: len(a.assignment()) == 4, timeout=45, what="B's partitions back on A while parked")
+        assert len(a.paused()) == 0, "parking is not the user's pause intent"
+        n = len(ra.records)
+    assert len(ra.records) == n
+    checked_pump([(a, ra)], lambda: len(set(ra.ids()) | set(rb.ids())) >= 200, timeout=30, what="all records")
+    a.close()
+
+
+@pytest.mark.parametrize("protocol", ["cooperative-sticky"])
+def test_pause_calls_inside_keepalive_take_effect_at_exit(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    topic = kafka.create_topic(partitions=2)
+    kafka.produce(topic, 40, partitions=2)
+    a, ra = SafeConsumer(_conf(kafka, kafka.name("g"), protocol)), Received()
+    a.subscribe([topic])
+    checked_pump([(a, ra)], lambda: len(a.assignment()) == 2 and ra.records, timeout=30, what="A reads")
+    a.pause()
+    with a.keepalive():
+        a.pause_topics([topic])
+        a.resume()
+        assert a.pause_state().consumer is False and a.pause_state().topics == {topic}
+    assert len(a.paused()) == 2
+    checked_pump([(a, ra)], lambda: True, timeout=1, what="a poll")
+    n = len(ra.records)
+    a.resume_topics([topic])
+    checked_pump([(a, ra)], lambda: len(ra.records) >= 40, timeout=30, what="all after resume")
+    assert len(ra.records) > n
+    a.close()
