@@ -22,13 +22,14 @@ def test_records_withheld_by_a_pause_come_back_first_and_in_order(kafka: KafkaTe
     c = SafeConsumer(kafka.consumer_conf(kafka.name("g")))
     c.assign([TopicPartition(topic, 0, 0)])
     got = Received()
-    checked_pump([(c, got)], lambda: got.records, timeout=30, what="the first record")
+    # poll() reads librdkafka's queue a batch at a time: after two records, more wait in the gate.
+    checked_pump([(c, got)], lambda: len(got.records) >= 2, timeout=30, what="two records")
     c.pause([TopicPartition(topic, 0)])
     checked_pump_for([(c, got)], 1.0)
-    assert len(got.records) == 1, "records of a paused partition were returned"
+    assert len(got.records) == 2, "records of a paused partition were returned"
     stats = c.delivery_stats()
     assert stats.withheld >= 1 and stats.held == stats.withheld, stats
-    assert c.position([TopicPartition(topic, 0)])[0].offset == 1, "position counts only delivered records"
+    assert c.position([TopicPartition(topic, 0)])[0].offset == 2, "position counts only delivered records"
     c.resume([TopicPartition(topic, 0)])
     checked_pump([(c, got)], lambda: len(got.records) >= 200, timeout=30, what="all 200")
     assert [r[2] for r in got.records] == list(range(200))
