@@ -7,6 +7,8 @@ import logging
 from ._consumer import SafeConsumer
 from ._delivery import DeliveryStats
 from ._errors import (
+    EXIT_FATAL,
+    EXIT_GROUP_MAX_SIZE,
     ConsumerClosedError,
     FatalConsumerError,
     GroupMaxSizeReachedError,
@@ -19,6 +21,8 @@ from ._pause import PauseState
 __version__ = "0.1.0"
 
 __all__ = [
+    "EXIT_FATAL",
+    "EXIT_GROUP_MAX_SIZE",
     "ConsumerClosedError",
     "DeliveryStats",
     "FatalConsumerError",

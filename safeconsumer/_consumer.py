@@ -14,15 +14,27 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Literal, cast, overload
+from typing import Any, Literal, NoReturn, cast, overload
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from ._delivery import DeliveryGate, DeliveryStats, next_offset
-from ._errors import ConsumerClosedError, InvalidPauseRequest, PauseStateError
+from ._errors import (
+    EXIT_FATAL,
+    EXIT_GROUP_MAX_SIZE,
+    ConsumerClosedError,
+    FatalConsumerError,
+    GroupMaxSizeReachedError,
+    InvalidPauseRequest,
+    PauseStateError,
+    SafeConsumerError,
+    classify,
+)
 from ._keepalive import KeepaliveMode, Keeper
 from ._pause import Key, PauseLedger, PauseState, keys_of, parse_topic_entries, subscription_can_match
 from ._rebalance import RebalanceCallback, RebalanceHandler
@@ -30,6 +42,8 @@ from ._rebalance import RebalanceCallback, RebalanceHandler
 logger = logging.getLogger("safeconsumer")
 
 _TRUE = {"true", "1", "yes", "on"}
+
+FatalPolicy = Literal["raise", "exit"]
 
 #: How many records one poll() reads from librdkafka at most; the rest wait in the gate.
 _READ_AHEAD = 64
@@ -56,6 +70,25 @@ def _is_incremental(conf: Mapping[str, Any]) -> bool:
     if str(conf.get("group.protocol", "classic")).lower() == "consumer":
         return True
     return "cooperative" in str(conf.get("partition.assignment.strategy", "")).lower()
+
+
+def _log_critical(text: str, *, exiting: bool) -> None:
+    """Log a fatal error at CRITICAL; about to exit with no logging configured, say it on stderr."""
+    configured = any(not isinstance(h, logging.NullHandler) for h in logging.getLogger().handlers + logger.handlers)
+    if exiting and not configured:
+        print(f"CRITICAL safeconsumer: {text}", file=sys.stderr, flush=True)  # noqa: T201
+    else:
+        logger.critical("%s", text)
+
+
+def _exit_process(status: int) -> NoReturn:
+    """End the process now, from any thread: a fatal error must not be retried into the broker."""
+    for handler in logging.getLogger().handlers + logging.getLogger("safeconsumer").handlers:
+        handler.flush()
+    sys.stderr.flush()
+    if threading.current_thread() is threading.main_thread():
+        raise SystemExit(status)
+    os._exit(status)  # a background thread: SystemExit would end only this thread
 
 
 def _positive(name: str, value: float | None, default: float) -> float:
@@ -90,6 +123,7 @@ class SafeConsumer(Consumer):
         keepalive: KeepaliveMode = "auto",
         keepalive_after: float | None = None,
         keepalive_max: float | None = None,
+        on_fatal: FatalPolicy = "raise",
         **kwargs: Any,
     ) -> None:
         """Create the consumer.
@@ -102,11 +136,18 @@ class SafeConsumer(Consumer):
             default half of ``max.poll.interval.ms``.
         :param keepalive_max: ceiling of one automatic parked span, in seconds; past it the member
             is left to be evicted. Default ten times ``max.poll.interval.ms``.
+        :param on_fatal: what a fatal error does once the consumer has stopped and closed:
+            ``"raise"`` (default) raises it from the call that saw it and from every later
+            call; ``"exit"`` also logs one CRITICAL line and ends the process with
+            :data:`EXIT_GROUP_MAX_SIZE` (group full) or :data:`EXIT_FATAL`, even when the error
+            was seen on the keepalive thread.
         """
         if not isinstance(conf, Mapping) and conf is not None:
             raise TypeError(f"SafeConsumer expects a config dict, got {type(conf).__name__}")
         if keepalive not in ("auto", "off"):
             raise ValueError(f"keepalive must be 'auto' or 'off', got {keepalive!r}")
+        if on_fatal not in ("raise", "exit"):
+            raise ValueError(f"on_fatal must be 'raise' or 'exit', got {on_fatal!r}")
         config: dict[str, Any] = {**(conf or {}), **kwargs}
         max_poll_s = float(config.get("max.poll.interval.ms", 300000)) / 1000
         after = _positive("keepalive_after", keepalive_after, max_poll_s / 2)
@@ -120,7 +161,9 @@ class SafeConsumer(Consumer):
         self._state = _State.OPEN
         self._subscription: list[str] | None = None
         self._ledger = PauseLedger()
-        self._gate = DeliveryGate(self._raw_store, auto_store=auto_store)
+        self._on_fatal = on_fatal
+        self._fatal: FatalConsumerError | None = None
+        self._gate = DeliveryGate(self._raw_store, auto_store=auto_store, on_error=self._check_error_event)
         self._real_call_every = min(1.0, max_poll_s / 10)
         #: When the application's poll()/consume() last reached librdkafka.
         self._last_call = time.monotonic()
@@ -134,8 +177,41 @@ class SafeConsumer(Consumer):
     def _closing_or_closed(self) -> bool:
         return self._state is not _State.OPEN
 
-    def _closed(self, method: str) -> ConsumerClosedError:
+    def _closed(self, method: str) -> SafeConsumerError:
+        """The error a call on a stopped consumer raises: the fatal error that stopped it, if any."""
+        if self._fatal is not None:
+            return self._fatal
         return ConsumerClosedError(f"SafeConsumer for group {self._group_id!r} is closed: cannot call {method}()")
+
+    # -- fatal errors --------------------------------------------------------------------
+    def _check_error_event(self, msg: Message) -> None:
+        """Every error event leaving the client passes here; a fatal one stops the consumer."""
+        err = msg.error()
+        if err is None:
+            return
+        fatal = classify(err, self._group_id)
+        if fatal is not None:
+            self._fail(fatal, err)
+
+    def _fail(self, fatal: FatalConsumerError, err: KafkaError) -> NoReturn:
+        """Stop at once: no more joins or heartbeats, close, remember, apply the exit policy, raise."""
+        with self._lock:
+            if self._fatal is None:
+                self._fatal = fatal
+                _log_critical(str(fatal), exiting=self._on_fatal == "exit")
+                self._keeper.stop(join=False)
+                if self._state is _State.OPEN:
+                    self._state = _State.CLOSING
+                    try:
+                        self._gate.flush(force=True)  # only offsets of delivered records exist
+                        Consumer.close(self)
+                    except Exception as exc:  # noqa: BLE001 - already failing; closing is best effort
+                        logger.debug("close after a fatal error reported %s", exc)
+                    finally:
+                        self._state = _State.CLOSED
+                if self._on_fatal == "exit":
+                    _exit_process(EXIT_GROUP_MAX_SIZE if isinstance(fatal, GroupMaxSizeReachedError) else EXIT_FATAL)
+        raise self._fatal from KafkaException(err)
 
     def _raw_store(self, offsets: list[TopicPartition]) -> None:
         Consumer.store_offsets(self, offsets=offsets)

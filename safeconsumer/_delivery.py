@@ -84,9 +84,12 @@ class DeliveryGate:
         store: Callable[[list[TopicPartition]], None],
         *,
         auto_store: bool,
+        on_error: Callable[[Message], None] = lambda _msg: None,
         flush_interval: float = 0.05,
     ) -> None:
         self._store = store
+        #: Sees every error event on its way out; may raise (a fatal error stops delivery).
+        self.on_error = on_error
         self.auto_store = auto_store
         self.flush_interval = flush_interval
         #: Partitions owned now. Written only by the rebalance handler.
@@ -135,6 +138,7 @@ class DeliveryGate:
     def admit(self, msg: Message) -> Message | None:
         """Return ``msg`` if the application may have it now, else keep or drop it."""
         if msg.error() is not None:
+            self.on_error(msg)
             return msg
         key = (msg.topic(), msg.partition())
         if key in self.owned and key not in self.paused:
@@ -176,6 +180,7 @@ class DeliveryGate:
         unowned = errors = 0
         for msg in msgs:
             if msg.error() is not None:
+                self.on_error(msg)
                 append(msg)
                 errors += 1
                 continue

@@ -52,6 +52,42 @@ class GroupMaxSizeReachedError(FatalConsumerError):
     """The group is at the broker's ``group.max.size`` (classic) or ``group.consumer.max.size`` (KIP-848)."""
 
 
+#: Process exit status with ``on_fatal="exit"`` when the group is full (sysexits EX_CONFIG:
+#: the group size or the broker limit needs changing, a restart alone will not help).
+EXIT_GROUP_MAX_SIZE = 78
+
+#: Process exit status with ``on_fatal="exit"`` for any other fatal client error (EX_SOFTWARE).
+EXIT_FATAL = 70
+
+
 def is_group_max_size(error: KafkaError | None) -> bool:
-    """True when ``error`` is the broker's GROUP_MAX_SIZE_REACHED, under either group protocol."""
-    return error is not None and error.code() == GROUP_MAX_SIZE_REACHED
+    """True when ``error`` is the broker's GROUP_MAX_SIZE_REACHED, under either group protocol.
+
+    Classic protocol: a (non-fatal) error event with code 81. KIP-848: librdkafka raises a
+    fatal error and delivers it as a ``_FATAL`` event whose text names the cause.
+    """
+    if error is None:
+        return False
+    if error.code() == GROUP_MAX_SIZE_REACHED:
+        return True
+    text = error.str()
+    return error.code() == KafkaError._FATAL and ("maximum size" in text or "GROUP_MAX_SIZE" in text)
+
+
+def classify(error: KafkaError, group_id: str) -> FatalConsumerError | None:
+    """The one translation of a librdkafka error event: the fatal error it means, or None."""
+    if is_group_max_size(error):
+        return GroupMaxSizeReachedError(
+            f"group {group_id!r} is full: the broker refused this member because the group reached "
+            "group.max.size (classic protocol) or group.consumer.max.size (consumer protocol); "
+            "the consumer stopped joining and closed",
+            kafka_error=error,
+            group_id=group_id,
+        )
+    if error.fatal() or error.code() == KafkaError._FATAL:
+        return FatalConsumerError(
+            f"fatal client error in group {group_id!r}: {error.str()}; the consumer closed",
+            kafka_error=error,
+            group_id=group_id,
+        )
+    return None

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Literal
 
 from confluent_kafka import Consumer
 
+from ._errors import FatalConsumerError
+
 if TYPE_CHECKING:
     from ._consumer import SafeConsumer
 
@@ -105,13 +107,16 @@ class Keeper:
         if unpark:
             self._unpark()
 
-    def stop(self) -> None:
-        """Stop the keeper thread; safe from any thread, including the keeper itself."""
+    def stop(self, *, join: bool = True) -> None:
+        """Stop the keeper thread; safe from any thread, including the keeper itself.
+
+        Pass ``join=False`` while holding the client lock: the keeper may be waiting for it.
+        """
         with self._cond:
             self._stop = True
             self._cond.notify_all()
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if join and thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
 
     # -- parking -------------------------------------------------------------------------
@@ -188,7 +193,11 @@ class Keeper:
                 msg = Consumer.poll(consumer, 0)
                 while msg is not None:
                     if msg.error() is not None:
-                        # Errors are the application's to see: keep them, in order, for its next call.
+                        try:
+                            consumer._check_error_event(msg)
+                        except FatalConsumerError:
+                            return  # the consumer stopped itself; the application's next call raises
+                        # Other errors are the application's to see: keep them, in order, for its next call.
                         consumer._gate.ahead.append(msg)
                     else:
                         consumer._gate.admit(msg)  # parked: withheld, never delivered early

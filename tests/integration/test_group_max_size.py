@@ -1,0 +1,106 @@
+"""I6: GROUP_MAX_SIZE_REACHED is fatal under both group protocols."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from safeconsumer import EXIT_GROUP_MAX_SIZE, FatalConsumerError, GroupMaxSizeReachedError, SafeConsumer
+from safeconsumer.testing import Broker, KafkaTestKit, Protocol, wait_until
+
+from ..support import Received, poll_each, pump
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMITS = {"group.max.size": "2", "group.consumer.max.size": "2"}
+
+
+@pytest.fixture
+def full_group_kafka(kafka_broker_factory: Callable[[Mapping[str, str]], Broker]) -> Iterator[KafkaTestKit]:
+    kit = KafkaTestKit(kafka_broker_factory(LIMITS).bootstrap_servers, prefix="maxsize")
+    yield kit
+    kit.close()
+
+
+def _two_members(kafka: KafkaTestKit, protocol: Protocol) -> tuple[str, str, list[tuple[SafeConsumer, Received]]]:
+    topic = kafka.create_topic(partitions=4)
+    group = kafka.name("g")
+    members = []
+    for _ in range(2):
+        c = SafeConsumer(kafka.consumer_conf(group, protocol))
+        c.subscribe([topic])
+        members.append((c, Received()))
+    pump(members, lambda: all(len(c.assignment()) == 2 for c, _ in members), timeout=45, what="two members")
+    return topic, group, members
+
+
+def test_third_member_fails_fast_and_stops_joining(full_group_kafka: KafkaTestKit, protocol: Protocol) -> None:
+    kafka = full_group_kafka
+    topic, group, members = _two_members(kafka, protocol)
+    third = SafeConsumer(kafka.consumer_conf(group, protocol))
+    third.subscribe([topic])
+    raised: list[BaseException] = []
+
+    def poll_all() -> None:
+        poll_each(members)
+        if not raised:
+            try:
+                third.poll(0.1)
+            except FatalConsumerError as exc:
+                raised.append(exc)
+
+    started = time.monotonic()
+    wait_until(lambda: raised, timeout=15, what="GroupMaxSizeReachedError", step=poll_all)
+    err = raised[0]
+    assert isinstance(err, GroupMaxSizeReachedError), err
+    assert err.group_id == group and err.kafka_error is not None
+    assert isinstance(err.__cause__, Exception)
+    print(f"{protocol}: GroupMaxSizeReachedError after {time.monotonic() - started:.1f}s")
+    for call in (lambda: third.poll(0), lambda: third.consume(1, 0), third.assignment, third.commit):
+        with pytest.raises(GroupMaxSizeReachedError) as again:
+            call()
+        assert again.value is err
+    third.close()  # closing a stopped consumer is allowed and does nothing
+
+    before = kafka.describe_group(group)
+    assert len(before.members) == 2
+    kafka.produce(topic, 200, partitions=4)
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        poll_all()
+        now = kafka.describe_group(group)
+        assert now.member_ids == before.member_ids and now.assignment == before.assignment, "the group rebalanced"
+    assert sum(len(r.records) for _, r in members) == 200, "the two members stopped consuming"
+    for c, _ in members:
+        c.close()
+
+
+@pytest.mark.parametrize("where", ["poll", "keepalive"])
+def test_exit_policy_ends_the_process(full_group_kafka: KafkaTestKit, protocol: Protocol, where: str) -> None:
+    kafka = full_group_kafka
+    topic, group, members = _two_members(kafka, protocol)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.fatal_proc", kafka.bootstrap_servers, topic, group, protocol, where],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: child.poll() is not None, timeout=30, what="the process to exit", step=lambda: poll_each(members)
+        )
+        out, err = child.communicate(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+        for c, _ in members:
+            c.close()
+    assert child.returncode == EXIT_GROUP_MAX_SIZE, (child.returncode, out, err[-2000:])
+    critical = [line for line in err.splitlines() if "is full" in line and "group.max.size" in line]
+    assert len(critical) == 1 and group in critical[0], err[-2000:]
