@@ -21,10 +21,10 @@ from ._pause import PauseState
 __version__ = "0.1.0"
 
 __all__ = [
-    "EXIT_FATAL",
-    "EXIT_GROUP_MAX_SIZE",
     "ConsumerClosedError",
     "DeliveryStats",
+    "EXIT_FATAL",
+    "EXIT_GROUP_MAX_SIZE",
     "FatalConsumerError",
     "GroupMaxSizeReachedError",
     "InvalidPauseRequest",
