@@ -153,6 +153,15 @@ def _resolve_with_maven(version: str, target: Path) -> None:
     staging.rename(lib)
 
 
+def _cluster_id() -> str:
+    """A random KRaft cluster id (base64 of a UUID) that does not start with '-', which the
+    storage tool's argument parser would read as an option (Kafka's own Uuid avoids it too)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -253,7 +262,7 @@ class LocalBroker:
         log4j.write_text(_LOG4J2.format(log=self.log_path))
         self.log_path.write_text("")
         java = [_java(), *_JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{lib}/*"]
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = _cluster_id()
         fmt = subprocess.run(
             [*java, "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id, "-c", str(props)],
             capture_output=True,
