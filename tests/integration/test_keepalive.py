@@ -83,16 +83,26 @@ def test_manual_keepalive_keeps_the_member(kafka: KafkaTestKit, protocol: Protoc
     peer.close()
 
 
-def test_raw_consumer_doing_the_same_is_evicted(kafka: KafkaTestKit, protocol: Protocol) -> None:
-    _, _, a, _ra, peer, rp, watch = _two_members(kafka, protocol, Consumer)
-    events_before = len(watch.events)
-    _peer_polls_while(peer, rp, WORK)  # A works without polling
+def _peer_takes_over(peer: Consumer, rp: Received) -> None:
     wait_until(
         lambda: len(peer.assignment()) == 2,
         timeout=30,
         what="the peer to take over",
         step=lambda: rp.add(peer.poll(0.1)),
     )
+
+
+def _keepalive_off(conf: dict[str, Any]) -> SafeConsumer:
+    return SafeConsumer(conf, keepalive="off")
+
+
+@pytest.mark.parametrize("make", [Consumer, _keepalive_off], ids=["raw", "keepalive-off"])
+def test_without_keepalive_the_busy_member_is_evicted(kafka: KafkaTestKit, protocol: Protocol, make: Any) -> None:
+    """Characterization (raw) and the opt-out: A works without polling and loses its partition."""
+    _, _, a, _ra, peer, rp, watch = _two_members(kafka, protocol, make)
+    events_before = len(watch.events)
+    _peer_polls_while(peer, rp, WORK)  # A works without polling
+    _peer_takes_over(peer, rp)
     assert len(watch.events) > events_before
     a.close()
     peer.close()
@@ -112,31 +122,10 @@ def test_automatic_keepalive_needs_no_code_change(kafka: KafkaTestKit, protocol:
     peer.close()
 
 
-def test_keepalive_off_is_evicted_like_raw(kafka: KafkaTestKit, protocol: Protocol) -> None:
-    make = lambda conf: SafeConsumer(conf, keepalive="off")  # noqa: E731
-    _, _, a, _ra, peer, rp, watch = _two_members(kafka, protocol, make)
-    events_before = len(watch.events)
-    _peer_polls_while(peer, rp, WORK)
-    wait_until(
-        lambda: len(peer.assignment()) == 2,
-        timeout=30,
-        what="the peer to take over",
-        step=lambda: rp.add(peer.poll(0.1)),
-    )
-    assert len(watch.events) > events_before
-    a.close()
-    peer.close()
-
-
 def test_keepalive_ceiling_lets_a_stuck_member_go(kafka: KafkaTestKit, protocol: Protocol) -> None:
     make = lambda conf: SafeConsumer(conf, keepalive_after=0.5, keepalive_max=1.0)  # noqa: E731
     _, _, a, _ra, peer, rp, _ = _two_members(kafka, protocol, make)
-    wait_until(
-        lambda: len(peer.assignment()) == 2,
-        timeout=30,
-        what="the peer to take over",
-        step=lambda: rp.add(peer.poll(0.1)),
-    )
+    _peer_takes_over(peer, rp)
     a.close()
     peer.close()
 
