@@ -61,7 +61,6 @@ class Keeper:
         self._app_active = False  # the application has polled at least once
         self._stop = False
         self._thread: threading.Thread | None = None
-        self.parked_seconds = 0.0
 
     # -- called by the facade ------------------------------------------------------------
     @property
@@ -135,10 +134,8 @@ class Keeper:
         consumer = self._consumer
         with consumer._lock:
             if self._parked_since is not None:
-                span = time.monotonic() - self._parked_since
-                self.parked_seconds += span
+                logger.info("un-parked after %.1fs", time.monotonic() - self._parked_since)
                 self._parked_since = None
-                logger.info("un-parked after %.1fs", span)
             consumer._rebalance.set_parked(False)
 
     # -- the thread ----------------------------------------------------------------------

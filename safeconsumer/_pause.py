@@ -149,9 +149,6 @@ class PauseLedger:
             self._topic_cache[topic] = hit
         return hit
 
-    def is_paused(self, key: Key) -> bool:
-        return self.consumer or key in self.partitions or self.topic_marked(key[0])
-
     def effective(self, assigned: Iterable[Key]) -> frozenset[Key]:
         """The subset of ``assigned`` that any mark covers."""
         if self.consumer:

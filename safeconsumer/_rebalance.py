@@ -58,7 +58,6 @@ class RebalanceHandler:
         self._limbo: set[Key] = set()
         self._in_assign_callback = False
         self._assign_called = False
-        self.rebalances = 0
         #: Parked by the keepalive: every owned partition paused in librdkafka and at the gate.
         self.parked = False
 
@@ -69,7 +68,6 @@ class RebalanceHandler:
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
-        self.rebalances += 1
         # Owned from here on, so that the user's callback sees owns() and paused() of the new assignment.
         self.assigned(keys, replace=not self.incremental)
         self._in_assign_callback, self._assign_called = True, False
@@ -106,7 +104,6 @@ class RebalanceHandler:
         self, partitions: list[TopicPartition], callback: RebalanceCallback | None, reason: PurgeReason
     ) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
-        self.rebalances += 1
         if reason == "revoked":
             self._gate.flush(force=True)
         try:
