@@ -261,7 +261,9 @@ class LocalBroker:
         log4j = self.workdir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log=self.log_path))
         self.log_path.write_text("")
-        java = [_java(), *_JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{lib}/*"]
+        # SAFECONSUMER_BROKER_JVM_OPTS is appended (later options win), e.g. a larger heap for benchmarks.
+        extra = os.environ.get("SAFECONSUMER_BROKER_JVM_OPTS", "").split()
+        java = [_java(), *_JVM_OPTIONS, *extra, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{lib}/*"]
         cluster_id = _cluster_id()
         fmt = subprocess.run(
             [*java, "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id, "-c", str(props)],
