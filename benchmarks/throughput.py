@@ -56,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--fetch-queue-backoff-ms", type=int, default=10)
     args = parser.parse_args()
     with start_broker() as broker:
         kit = KafkaTestKit(broker.bootstrap_servers, prefix="bench")
@@ -74,6 +75,10 @@ def main() -> None:
                         "bootstrap.servers": broker.bootstrap_servers,
                         "group.id": unique_name("bench"),
                         "auto.offset.reset": "earliest",
+                        # librdkafka's default (1000 ms) pauses fetching for a second whenever its
+                        # local queue is full; the run would then measure how many such pauses
+                        # happen to fall in it, not the consumer. Both consumers get the same value.
+                        "fetch.queue.backoff.ms": args.fetch_queue_backoff_ms,
                     }
                     rate, cpu = _read_all(make, conf, topic, args.records, mode)
                     rates[name].append(rate)

@@ -163,7 +163,9 @@ class SafeConsumer(Consumer):
         self._ledger = PauseLedger()
         self._on_fatal = on_fatal
         self._fatal: FatalConsumerError | None = None
-        self._gate = DeliveryGate(self._raw_store, auto_store=auto_store, on_error=self._check_error_event)
+        self._gate = DeliveryGate(
+            self._raw_store, self._raw_position, auto_store=auto_store, on_error=self._check_error_event
+        )
         self._real_call_every = min(1.0, max_poll_s / 10)
         #: When the application's poll()/consume() last reached librdkafka.
         self._last_call = time.monotonic()
@@ -202,8 +204,11 @@ class SafeConsumer(Consumer):
                 self._keeper.stop(join=False)
                 if self._state is _State.OPEN:
                     self._state = _State.CLOSING
+                    # librdkafka already returned records the application will never see (the
+                    # rest of this batch, the read-ahead): store nothing more, also not in the
+                    # revoke callbacks close() runs. Only offsets stored before now get committed.
+                    self._gate.auto_store = False
                     try:
-                        self._gate.flush(force=True)  # only offsets of delivered records exist
                         Consumer.close(self)
                     except Exception as exc:  # noqa: BLE001 - already failing; closing is best effort
                         logger.debug("close after a fatal error reported %s", exc)
@@ -215,6 +220,9 @@ class SafeConsumer(Consumer):
 
     def _raw_store(self, offsets: list[TopicPartition]) -> None:
         Consumer.store_offsets(self, offsets=offsets)
+
+    def _raw_position(self, keys: list[Key]) -> list[TopicPartition]:
+        return Consumer.position(self, [TopicPartition(t, p) for t, p in keys])
 
     # -- subscription --------------------------------------------------------------------
     def subscribe(
@@ -296,9 +304,10 @@ class SafeConsumer(Consumer):
                 released += gate.admit_batch(take)
             if len(released) >= num_messages:
                 return released
+            epoch = self._rebalance.epoch
             msgs = Consumer.consume(self, num_messages - len(released), 0 if released else timeout)
             self._last_call = time.monotonic()
-            out = gate.admit_batch(msgs) if msgs else msgs
+            out = gate.admit_batch(msgs, unchanged=epoch == self._rebalance.epoch) if msgs else msgs
             return released + out if released else out
 
     def _app_is_back(self) -> None:
@@ -569,7 +578,9 @@ class SafeConsumer(Consumer):
         with self._lock:
             super().seek(partition)
             # Withheld records of a rewound partition would be delivered out of order.
-            self._gate.purge([(partition.topic, partition.partition)], "seek")
+            key = (partition.topic, partition.partition)
+            self._gate.purge([key], "seek")
+            self._gate.seeked(key, partition.offset)
 
     # -- metadata and pass-through -------------------------------------------------------
     def get_watermark_offsets(

@@ -82,12 +82,14 @@ class DeliveryGate:
     def __init__(
         self,
         store: Callable[[list[TopicPartition]], None],
+        position: Callable[[list[Key]], list[TopicPartition]],
         *,
         auto_store: bool,
         on_error: Callable[[Message], None] = lambda _msg: None,
         flush_interval: float = 0.05,
     ) -> None:
         self._store = store
+        self._position = position
         #: Sees every error event on its way out; may raise (a fatal error stops delivery).
         self.on_error = on_error
         self.auto_store = auto_store
@@ -100,8 +102,11 @@ class DeliveryGate:
         #: Records read ahead from librdkafka by poll(), not yet through the gate, in order.
         self.ahead: deque[Message] = deque()
         self._maybe_releasable = False
-        self._pending: dict[Key, Message] = {}
+        #: Something was delivered since the last offset store.
+        self._dirty = False
         self._unflushed = 0
+        #: Partitions rewound by seek(): their position is the seek target until a record is delivered.
+        self._seeked: dict[Key, int] = {}
         self._last_flush = time.monotonic()
         self.delivered = 0
         self.withheld = 0
@@ -122,8 +127,7 @@ class DeliveryGate:
             queue = self._held.pop(key, None)
             if queue:
                 dropped += len(queue)
-            if reason != "seek":
-                self._pending.pop(key, None)
+            self._seeked.pop(key, None)
         if self.ahead:
             kept = [m for m in self.ahead if (m.topic(), m.partition()) not in gone]
             dropped += len(self.ahead) - len(kept)
@@ -143,11 +147,10 @@ class DeliveryGate:
         key = (msg.topic(), msg.partition())
         if key in self.owned and key not in self.paused:
             self.delivered += 1
-            if self.auto_store:
-                self._pending[key] = msg
-                self._unflushed += 1
-                if self._unflushed >= _FLUSH_EVERY:
-                    self.flush()
+            self._dirty = True
+            self._unflushed += 1
+            if self._unflushed >= _FLUSH_EVERY:
+                self.flush()
             return msg
         if key not in self.owned:
             self.purged["unowned"] += 1
@@ -156,8 +159,19 @@ class DeliveryGate:
             self._hold(key, msg)
         return None
 
-    def admit_batch(self, msgs: list[Message]) -> list[Message]:
-        """The records of ``msgs`` the application may have now, in order."""
+    def admit_batch(self, msgs: list[Message], *, unchanged: bool = False) -> list[Message]:
+        """The records of ``msgs`` the application may have now, in order.
+
+        ``unchanged``: the assignment did not change while librdkafka produced this batch.
+        librdkafka returns records only of partitions it has assigned (revocation purges its
+        queues), so with nothing paused either, every record may go out; only error events
+        need a look (one C-level pass).
+        """
+        if unchanged and not self.paused and not any(map(_error, msgs)):
+            self.delivered += len(msgs)
+            self._dirty = True
+            self.flush()
+            return msgs
         owned, paused = self.owned, self.paused
         # Fast path, checked per partition rather than per record: the distinct partitions
         # of the batch (and the last record of each) come from C-level map/zip loops. When
@@ -166,9 +180,8 @@ class DeliveryGate:
         last = dict(zip(zip(map(_topic, msgs), map(_partition, msgs), strict=True), msgs, strict=True))
         if owned.issuperset(last) and paused.isdisjoint(last) and not any(map(_error, last.values())):
             self.delivered += len(msgs)
-            if self.auto_store:
-                self._pending.update(last)  # type: ignore[arg-type]
-                self.flush()
+            self._dirty = True
+            self.flush()
             return msgs
         return self._admit_each(msgs)
 
@@ -196,8 +209,8 @@ class DeliveryGate:
             self.purged["unowned"] += unowned
             logger.warning("dropped %d record(s) of unowned partitions", unowned)
         self.delivered += len(out) - errors
-        if last and self.auto_store:
-            self._pending.update(last)
+        if last:
+            self._dirty = True
             self.flush()
         return out
 
@@ -227,9 +240,7 @@ class DeliveryGate:
         if out:
             self.released += len(out)
             self.delivered += len(out)
-            if self.auto_store:
-                for msg in out:
-                    self._pending[(msg.topic(), msg.partition())] = msg  # type: ignore[index]
+            self._dirty = True
         return out
 
     def first_undelivered(self, key: Key) -> int | None:
@@ -246,17 +257,43 @@ class DeliveryGate:
         return sum(len(q) for q in self._held.values())
 
     # -- offsets -------------------------------------------------------------------------
+    def seeked(self, key: Key, offset: int) -> None:
+        self._seeked[key] = offset
+
     def flush(self, *, force: bool = False) -> None:
-        """Store the offsets of delivered records (all of them when ``force``)."""
-        if not self._pending:
+        """Store the offsets of what was delivered, when due (``force``: now).
+
+        librdkafka's position of a partition is the offset after the last record it returned
+        to us. Where records it returned are still withheld or read ahead, the first of them
+        is stored instead: everything before it was delivered. One ``position()`` call per
+        store, no per-record bookkeeping.
+        """
+        if not self._dirty or not self.auto_store:
             return
         self._unflushed = 0
         now = time.monotonic()
         if not force and now - self._last_flush < self.flush_interval:
             return
         self._last_flush = now
-        pending, self._pending = self._pending, {}
-        offsets = [next_offset(m) for key, m in pending.items() if key in self.owned]
+        self._dirty = False
+        owned = sorted(self.owned)
+        if not owned:
+            return
+        offsets: list[TopicPartition] = []
+        for tp in self._position(owned):
+            key = (tp.topic, tp.partition)
+            first = self.first_undelivered(key) if (self._held or self.ahead) else None
+            if first is not None:
+                offsets.append(TopicPartition(tp.topic, tp.partition, first))
+                continue
+            if tp.offset < 0:
+                continue  # nothing returned yet
+            seek_target = self._seeked.get(key)
+            if seek_target is not None:
+                if tp.offset == seek_target:
+                    continue  # nothing delivered since the seek
+                del self._seeked[key]
+            offsets.append(tp)
         if offsets:
             self._store(offsets)
 

@@ -58,6 +58,8 @@ class RebalanceHandler:
         self._limbo: set[Key] = set()
         self._in_assign_callback = False
         self._assign_called = False
+        #: Bumped on every change of what this consumer owns (lets the gate trust a batch).
+        self.epoch = 0
         #: Parked by the keepalive: every owned partition paused in librdkafka and at the gate.
         self.parked = False
 
@@ -121,6 +123,7 @@ class RebalanceHandler:
     def assigned(self, keys: Iterable[Key], *, replace: bool) -> None:
         """Record partitions now owned (``replace``: the whole new assignment)."""
         new = set(keys)
+        self.epoch += 1
         if replace:
             gone = self.owned - new
             if gone:
@@ -137,6 +140,7 @@ class RebalanceHandler:
         gone = set(keys)
         if not gone:
             return
+        self.epoch += 1
         self._resume_raw(gone)
         self._applied -= gone
         self.owned.difference_update(gone)
