@@ -169,6 +169,8 @@ class SafeConsumer(Consumer):
         self._real_call_every = min(1.0, max_poll_s / 10)
         #: When the application's poll()/consume() last reached librdkafka.
         self._last_call = time.monotonic()
+        #: The assignment epoch under which the read-ahead records were fetched (-1: unknown).
+        self._ahead_epoch = -1
         self._rebalance = RebalanceHandler(self, self._ledger, self._gate, incremental=_is_incremental(config))
         self._keeper = Keeper(self, mode=keepalive, after=after, ceiling=ceiling)
 
@@ -257,7 +259,12 @@ class SafeConsumer(Consumer):
             raise self._closed("poll")
         gate = self._gate
         ahead = gate.ahead
-        with self._lock:
+        rebalance = self._rebalance
+        lock = self._lock
+        # acquire/release rather than ``with``: this is the per-record path, and the
+        # context-manager protocol costs as much again as the lock itself.
+        lock.acquire()
+        try:
             if self._keeper.auto_parked or not self._keeper._app_active:
                 self._app_is_back()
             if gate.has_releasable:
@@ -271,21 +278,29 @@ class SafeConsumer(Consumer):
                 # at least every _real_call_every seconds, so its max.poll.interval.ms clock
                 # and rebalance callbacks are served as if every poll() reached it.
                 if not ahead or time.monotonic() - self._last_call >= self._real_call_every:
+                    epoch = rebalance.epoch
                     ahead.extend(Consumer.consume(self, _READ_AHEAD, 0))
                     self._last_call = time.monotonic()
+                    # Read while the assignment stood still: no record of it can be unowned.
+                    self._ahead_epoch = epoch if rebalance.epoch == epoch else -1
                 if ahead:
                     msg = ahead.popleft()
+                    trusted = self._ahead_epoch == rebalance.epoch
                 else:
+                    epoch = rebalance.epoch
                     polled = Consumer.poll(self, wait)
                     self._last_call = time.monotonic()
                     if polled is None:
                         gate.flush()  # an idle moment: store what is due
                         return None
                     msg = polled
-                out = gate.admit(msg)
+                    trusted = rebalance.epoch == epoch
+                out = gate.admit_trusted(msg) if trusted and not gate.paused else gate.admit(msg)
                 if out is not None:
                     return out
                 wait = 0  # withheld or dropped: keep serving the caller without waiting again
+        finally:
+            lock.release()
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         if self._state is _State.CLOSED:

@@ -159,6 +159,21 @@ class DeliveryGate:
             self._hold(key, msg)
         return None
 
+    def admit_trusted(self, msg: Message) -> Message | None:
+        """:meth:`admit` for a record fetched while the assignment stood still, with nothing paused.
+
+        librdkafka returns records only of partitions it has assigned, so ownership holds
+        without looking at the record's partition; only an error event needs a look.
+        """
+        if msg.error() is not None:
+            return self.admit(msg)
+        self.delivered += 1
+        self._dirty = True
+        self._unflushed += 1
+        if self._unflushed >= _FLUSH_EVERY:
+            self.flush()
+        return msg
+
     def admit_batch(self, msgs: list[Message], *, unchanged: bool = False) -> list[Message]:
         """The records of ``msgs`` the application may have now, in order.
 
