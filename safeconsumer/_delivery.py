@@ -183,28 +183,25 @@ class DeliveryGate:
         need a look (one C-level pass).
         """
         if unchanged and not self.paused and not any(map(_error, msgs)):
-            self.delivered += len(msgs)
-            self._dirty = True
-            self.flush()
-            return msgs
-        owned, paused = self.owned, self.paused
-        # Fast path, checked per partition rather than per record: the distinct partitions
-        # of the batch (and the last record of each) come from C-level map/zip loops. When
-        # all are owned, none is paused and no last record is an error event, the whole
-        # batch may go out as it is.
-        last = dict(zip(zip(map(_topic, msgs), map(_partition, msgs), strict=True), msgs, strict=True))
-        if owned.issuperset(last) and paused.isdisjoint(last) and not any(map(_error, last.values())):
-            self.delivered += len(msgs)
-            self._dirty = True
-            self.flush()
-            return msgs
+            return self._deliver_all(msgs)
+        # Otherwise checked per partition rather than per record: the distinct partitions come
+        # from C-level map/zip loops. When all are owned and none is paused, and no error event
+        # is among them, the whole batch may go out as it is.
+        partitions = set(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
+        if self.owned.issuperset(partitions) and self.paused.isdisjoint(partitions) and not any(map(_error, msgs)):
+            return self._deliver_all(msgs)
         return self._admit_each(msgs)
+
+    def _deliver_all(self, msgs: list[Message]) -> list[Message]:
+        self.delivered += len(msgs)
+        self._dirty = True
+        self.flush()
+        return msgs
 
     def _admit_each(self, msgs: list[Message]) -> list[Message]:
         owned, paused = self.owned, self.paused
         out: list[Message] = []
         append = out.append
-        last: dict[Key, Message] = {}
         unowned = errors = 0
         for msg in msgs:
             if msg.error() is not None:
@@ -215,7 +212,6 @@ class DeliveryGate:
             key = (msg.topic(), msg.partition())
             if key in owned and key not in paused:
                 append(msg)
-                last[key] = msg
             elif key not in owned:
                 unowned += 1
             else:
@@ -223,8 +219,8 @@ class DeliveryGate:
         if unowned:
             self.purged["unowned"] += unowned
             logger.warning("dropped %d record(s) of unowned partitions", unowned)
-        self.delivered += len(out) - errors
-        if last:
+        if len(out) > errors:
+            self.delivered += len(out) - errors
             self._dirty = True
             self.flush()
         return out
