@@ -146,12 +146,7 @@ class DeliveryGate:
             return msg
         key = (msg.topic(), msg.partition())
         if key in self.owned and key not in self.paused:
-            self.delivered += 1
-            self._dirty = True
-            self._unflushed += 1
-            if self._unflushed >= _FLUSH_EVERY:
-                self.flush()
-            return msg
+            return self._deliver_one(msg)
         if key not in self.owned:
             self.purged["unowned"] += 1
             logger.warning("dropped 1 record of unowned partition %s[%s]", key[0], key[1])
@@ -167,6 +162,10 @@ class DeliveryGate:
         """
         if msg.error() is not None:
             return self.admit(msg)
+        return self._deliver_one(msg)
+
+    def _deliver_one(self, msg: Message) -> Message:
+        """Count a record handed out; every _FLUSH_EVERY of them, see whether a store is due."""
         self.delivered += 1
         self._dirty = True
         self._unflushed += 1

@@ -38,9 +38,13 @@ class Received:
         return {(r[0], r[1]) for r in self.records}
 
 
-def poll_each(members: Sequence[tuple[Consumer, Received]], timeout: float = 0.05) -> None:
+def poll_each(members: Sequence[tuple[Consumer, Received]], timeout: float = 0.05, *, check: bool = False) -> None:
+    """Poll every member once; with ``check``, verify I1 and I2 on each record (SafeConsumers only)."""
     for consumer, received in members:
-        received.add(consumer.poll(timeout))
+        if check:
+            checked_poll(consumer, received, timeout)
+        else:
+            received.add(consumer.poll(timeout))
 
 
 def pump(
@@ -49,16 +53,17 @@ def pump(
     *,
     timeout: float,
     what: str,
+    check: bool = False,
 ) -> None:
     """Poll every member in turn until ``until()`` holds (a deadline, never a bare sleep)."""
-    wait_until(until, timeout=timeout, what=what, step=lambda: poll_each(members))
+    wait_until(until, timeout=timeout, what=what, step=lambda: poll_each(members, check=check))
 
 
-def pump_for(members: Sequence[tuple[Consumer, Received]], seconds: float) -> None:
+def pump_for(members: Sequence[tuple[Consumer, Received]], seconds: float, *, check: bool = False) -> None:
     """Keep members polling for a fixed window: used only to show that something does NOT happen."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        poll_each(members)
+        poll_each(members, check=check)
 
 
 def keys(tps: Iterable[object]) -> set[tuple[str, int]]:
@@ -82,16 +87,8 @@ def checked_pump(
     members: Sequence[tuple[Consumer, Received]], until: Callable[[], object], *, timeout: float, what: str
 ) -> None:
     """Like :func:`pump`, checking I1 and I2 on every record returned."""
-
-    def step() -> None:
-        for consumer, received in members:
-            checked_poll(consumer, received)
-
-    wait_until(until, timeout=timeout, what=what, step=step)
+    pump(members, until, timeout=timeout, what=what, check=True)
 
 
 def checked_pump_for(members: Sequence[tuple[Consumer, Received]], seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for consumer, received in members:
-            checked_poll(consumer, received)
+    pump_for(members, seconds, check=True)
