@@ -48,6 +48,8 @@ FatalPolicy = Literal["raise", "exit"]
 #: How many records one poll() reads from librdkafka at most; the rest wait in the gate.
 _READ_AHEAD = 64
 
+_monotonic = time.monotonic
+
 
 class _State(enum.Enum):
     OPEN = "open"
@@ -171,6 +173,9 @@ class SafeConsumer(Consumer):
         self._last_call = time.monotonic()
         #: The assignment epoch under which the read-ahead records were fetched (-1: unknown).
         self._ahead_epoch = -1
+        #: The gate's fast lane (see poll()) and until when poll() may use it without a real call.
+        self._lane = self._gate.lane
+        self._lane_until = 0.0
         self._rebalance = RebalanceHandler(self, self._ledger, self._gate, incremental=_is_incremental(config))
         self._keeper = Keeper(self, mode=keepalive, after=after, ceiling=ceiling)
 
@@ -210,6 +215,7 @@ class SafeConsumer(Consumer):
                     # rest of this batch, the read-ahead): store nothing more, also not in the
                     # revoke callbacks close() runs. Only offsets stored before now get committed.
                     self._gate.auto_store = False
+                    self._gate.unlane()
                     try:
                         Consumer.close(self)
                     except Exception as exc:  # noqa: BLE001 - already failing; closing is best effort
@@ -255,18 +261,33 @@ class SafeConsumer(Consumer):
 
     # -- consuming -----------------------------------------------------------------------
     def poll(self, timeout: float | None = None) -> Message | None:
-        if self._state is _State.CLOSED:
-            raise self._closed("poll")
+        # The fast lane: records of a batch that was wholly deliverable when it arrived, not
+        # yet handed out. Everything that could change that (a rebalance, pause, park, seek,
+        # close) first takes the lane back under the lock (DeliveryGate.unlane); an atomic
+        # pop here either beat it or finds the lane empty. The deadline keeps a real call
+        # reaching librdkafka at least every _real_call_every seconds.
+        lane = self._lane
+        if lane and _monotonic() < self._lane_until:
+            try:
+                return lane.popleft()
+            except IndexError:
+                pass
+        return self._poll_locked(timeout)
+
+    def _poll_locked(self, timeout: float | None) -> Message | None:
         gate = self._gate
         ahead = gate.ahead
         rebalance = self._rebalance
         lock = self._lock
-        # acquire/release rather than ``with``: this is the per-record path, and the
-        # context-manager protocol costs as much again as the lock itself.
+        # acquire/release rather than ``with``: the context-manager protocol costs as much
+        # again as the lock itself.
         lock.acquire()
         try:
+            if self._state is _State.CLOSED:
+                raise self._closed("poll")
             if self._keeper.auto_parked or not self._keeper._app_active:
                 self._app_is_back()
+            gate.unlane()  # its deadline passed: the rest goes through the checked path
             if gate.has_releasable:
                 ready = gate.release(1)
                 if ready:
@@ -277,19 +298,26 @@ class SafeConsumer(Consumer):
                 # one: one C call per batch instead of per record. A call reaches librdkafka
                 # at least every _real_call_every seconds, so its max.poll.interval.ms clock
                 # and rebalance callbacks are served as if every poll() reached it.
-                if not ahead or time.monotonic() - self._last_call >= self._real_call_every:
+                if not ahead or _monotonic() - self._last_call >= self._real_call_every:
                     epoch = rebalance.epoch
-                    ahead.extend(Consumer.consume(self, _READ_AHEAD, 0))
-                    self._last_call = time.monotonic()
+                    batch = Consumer.consume(self, _READ_AHEAD, 0)
+                    now = self._last_call = _monotonic()
                     # Read while the assignment stood still: no record of it can be unowned.
-                    self._ahead_epoch = epoch if rebalance.epoch == epoch else -1
+                    unchanged = rebalance.epoch == epoch
+                    if batch and not ahead and self._state is _State.OPEN:
+                        first = gate.fill_lane(batch, unchanged=unchanged)
+                        if first is not None:
+                            self._lane_until = now + self._real_call_every
+                            return first
+                    ahead.extend(batch)
+                    self._ahead_epoch = epoch if unchanged else -1
                 if ahead:
                     msg = ahead.popleft()
                     trusted = self._ahead_epoch == rebalance.epoch
                 else:
                     epoch = rebalance.epoch
                     polled = Consumer.poll(self, wait)
-                    self._last_call = time.monotonic()
+                    self._last_call = _monotonic()
                     if polled is None:
                         gate.flush()  # an idle moment: store what is due
                         return None
@@ -309,6 +337,7 @@ class SafeConsumer(Consumer):
         with self._lock:
             if self._keeper.auto_parked or not self._keeper._app_active:
                 self._app_is_back()
+            gate.unlane()  # records poll() read ahead come first, in order
             released: list[Message] = []
             if gate.has_releasable:
                 released = gate.release(num_messages)
@@ -654,6 +683,7 @@ class SafeConsumer(Consumer):
                 return
             self._state = _State.CLOSING
             try:
+                self._gate.unlane()
                 self._gate.flush(force=True)
                 # librdkafka runs the final revoke callbacks (and the final auto-commit) here.
                 super().close()

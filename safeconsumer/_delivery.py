@@ -101,6 +101,10 @@ class DeliveryGate:
         self._held: dict[Key, deque[Message]] = {}
         #: Records read ahead from librdkafka by poll(), not yet through the gate, in order.
         self.ahead: deque[Message] = deque()
+        #: poll()'s fast lane: records already through the gate, handed out one by one without
+        #: the lock. Filled only with a whole batch that was deliverable when it arrived, and
+        #: emptied back into ``ahead`` (``unlane``) before anything changes what is deliverable.
+        self.lane: deque[Message] = deque()
         self._maybe_releasable = False
         #: Something was delivered since the last offset store.
         self._dirty = False
@@ -116,11 +120,13 @@ class DeliveryGate:
 
     # -- state changes -------------------------------------------------------------------
     def set_paused(self, paused: frozenset[Key]) -> None:
+        self.unlane()
         self.paused = paused
         self._maybe_releasable = bool(self._held)
 
     def purge(self, keys: Iterable[Key], reason: PurgeReason) -> int:
         """Drop withheld and read-ahead records (and unstored offsets) of partitions leaving or rewound."""
+        self.unlane()
         dropped = 0
         gone = set(keys)
         for key in gone:
@@ -163,6 +169,46 @@ class DeliveryGate:
         if msg.error() is not None:
             return self.admit(msg)
         return self._deliver_one(msg)
+
+    def fill_lane(self, msgs: list[Message], *, unchanged: bool) -> Message | None:
+        """Admit a whole batch for poll()'s fast lane: its first record, or None if it cannot be.
+
+        Only a batch of records all deliverable now, with nothing withheld waiting to go
+        first, goes in; otherwise the caller reads it through :meth:`admit`. The records
+        count as delivered from here; :meth:`unlane` takes back those not yet handed out.
+        """
+        if any(map(_error, msgs)) or self._maybe_releasable:
+            return None
+        if not unchanged or self.paused:
+            partitions = set(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
+            if not (self.owned.issuperset(partitions) and self.paused.isdisjoint(partitions)):
+                return None
+        self.delivered += len(msgs)
+        self._dirty = True
+        records = iter(msgs)
+        first = next(records)
+        self.lane.extend(records)
+        self.flush()
+        return first
+
+    def unlane(self) -> None:
+        """Put the fast lane's records back at the front of ``ahead``: not delivered after all.
+
+        Called under the facade's lock before any change of ownership, pause or position.
+        poll() pops the lane without the lock, so records are taken one atomic pop at a
+        time: each goes either to the application or back here, never both.
+        """
+        lane = self.lane
+        if not lane:
+            return
+        taken: list[Message] = []
+        while True:
+            try:
+                taken.append(lane.popleft())
+            except IndexError:
+                break
+        self.ahead.extendleft(reversed(taken))
+        self.delivered -= len(taken)
 
     def _deliver_one(self, msg: Message) -> Message:
         """Count a record handed out; every _FLUSH_EVERY of them, see whether a store is due."""
@@ -255,7 +301,8 @@ class DeliveryGate:
 
     def first_undelivered(self, key: Key) -> int | None:
         """Offset of the first record of ``key`` received from librdkafka but not yet delivered."""
-        offsets = [m.offset() for m in self.ahead if (m.topic(), m.partition()) == key and m.error() is None]
+        waiting = [*self.lane, *self.ahead]  # one atomic copy each: poll() may pop the lane meanwhile
+        offsets = [m.offset() for m in waiting if (m.topic(), m.partition()) == key and m.error() is None]
         held = self._held.get(key)
         if held:
             offsets.append(held[0].offset())
@@ -292,7 +339,7 @@ class DeliveryGate:
         offsets: list[TopicPartition] = []
         for tp in self._position(owned):
             key = (tp.topic, tp.partition)
-            first = self.first_undelivered(key) if (self._held or self.ahead) else None
+            first = self.first_undelivered(key) if (self._held or self.ahead or self.lane) else None
             if first is not None:
                 offsets.append(TopicPartition(tp.topic, tp.partition, first))
                 continue
@@ -309,7 +356,7 @@ class DeliveryGate:
 
     def stats(self) -> DeliveryStats:
         return DeliveryStats(
-            delivered=self.delivered,
+            delivered=self.delivered - len(self.lane),
             withheld=self.withheld,
             released=self.released,
             held=self.held_count,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from safeconsumer._delivery import DeliveryGate
 
@@ -103,3 +103,54 @@ def test_errors_pass_through_untouched() -> None:
     err = Message(error=KafkaError(KafkaError._PARTITION_EOF))
     assert gate.admit(err) is err
     assert gate.admit_batch([err]) == [err]
+
+
+def test_fast_lane_takes_only_a_wholly_deliverable_batch() -> None:
+    store = _Store()
+    gate = _gate(store, {("a", 0), ("a", 1)})
+    # A record of a partition not owned: the batch must go through the checked path.
+    assert gate.fill_lane([store.msg("a", 0, 1), store.msg("b", 0, 1)], unchanged=False) is None
+    # Changed assignment but every record owned: fine.
+    first = gate.fill_lane([store.msg("a", 0, 2), store.msg("a", 1, 2)], unchanged=False)
+    assert first is not None and first.offset() == 2 and len(gate.lane) == 1
+    gate.unlane()
+    # A paused partition in the batch: refused, the lane stays empty.
+    gate.set_paused(frozenset({("a", 1)}))
+    assert gate.fill_lane([store.msg("a", 0, 3), store.msg("a", 1, 3)], unchanged=True) is None
+    assert not gate.lane
+    # Withheld records waiting to be released go first: refused while they wait.
+    gate.admit(store.msg("a", 1, 4))
+    gate.set_paused(frozenset())
+    assert gate.fill_lane([store.msg("a", 0, 5)], unchanged=True) is None
+    # An error event is never laned.
+    gate.release(10)
+    err = Message(topic="a", partition=0, offset=6, error=KafkaError(KafkaError._PARTITION_EOF))
+    assert gate.fill_lane([store.msg("a", 0, 6), err], unchanged=True) is None
+
+
+def test_unlaned_records_go_back_in_order_and_are_not_counted_or_stored() -> None:
+    store = _Store()
+    gate = _gate(store, {("a", 0)})
+    batch = [store.msg("a", 0, o) for o in range(10, 15)]
+    first = gate.fill_lane(batch, unchanged=True)
+    assert first is not None and first.offset() == 10
+    assert gate.lane.popleft().offset() == 11  # what poll() does without the lock
+    gate.flush(force=True)
+    assert store.calls[-1] == [("a", 0, 12)], "stored past a record still in the lane"
+    assert gate.stats().delivered == 2
+    gate.set_paused(frozenset({("a", 0)}))  # any pause change takes the lane back first
+    assert not gate.lane
+    assert [m.offset() for m in gate.ahead] == [12, 13, 14]
+    assert gate.stats().delivered == 2
+    assert gate.first_undelivered(("a", 0)) == 12
+
+
+def test_a_purge_empties_the_lane_first() -> None:
+    store = _Store()
+    gate = _gate(store, {("a", 0), ("a", 1)})
+    gate.fill_lane([store.msg("a", 0, 1), store.msg("a", 1, 1), store.msg("a", 0, 2)], unchanged=True)
+    gate.owned.discard(("a", 0))
+    gate.purge([("a", 0)], "revoked")
+    assert not gate.lane
+    assert [(m.partition(), m.offset()) for m in gate.ahead] == [(1, 1)]
+    assert gate.stats().purged_revoked == 1 and gate.stats().delivered == 1
