@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from ._config import redact_config
 from ._consumer import SafeConsumer
 from ._delivery import DeliveryStats
 from ._errors import (
@@ -17,10 +18,12 @@ from ._errors import (
     SafeConsumerError,
 )
 from ._pause import PauseState
+from ._retry import CommitRetry
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CommitRetry",
     "ConsumerClosedError",
     "DeliveryStats",
     "EXIT_FATAL",
@@ -33,6 +36,7 @@ __all__ = [
     "SafeConsumer",
     "SafeConsumerError",
     "__version__",
+    "redact_config",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -22,7 +22,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal, NoReturn, cast, overload
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import Span, TracerProvider
 
+from ._config import redact_config
 from ._delivery import DeliveryGate, DeliveryStats, next_offset
 from ._errors import (
     EXIT_FATAL,
@@ -34,10 +37,13 @@ from ._errors import (
     PauseStateError,
     SafeConsumerError,
     classify,
+    error_type,
 )
 from ._keepalive import KeepaliveMode, Keeper
 from ._pause import Key, PauseLedger, PauseState, keys_of, parse_topic_entries, subscription_can_match
 from ._rebalance import RebalanceCallback, RebalanceHandler
+from ._retry import CommitRetry
+from .otel import Telemetry
 
 logger = logging.getLogger("safeconsumer")
 
@@ -49,6 +55,8 @@ FatalPolicy = Literal["raise", "exit"]
 _READ_AHEAD = 64
 
 _monotonic = time.monotonic
+
+_DEFAULT_COMMIT_RETRY = CommitRetry()
 
 
 class _State(enum.Enum):
@@ -66,6 +74,12 @@ def _conf_bool(value: object, default: bool) -> bool:
     if isinstance(value, bool):
         return value
     return str(value).strip().lower() in _TRUE
+
+
+def _protocol_label(conf: Mapping[str, Any]) -> str:
+    if str(conf.get("group.protocol", "classic")).lower() == "consumer":
+        return "consumer"
+    return "classic/" + str(conf.get("partition.assignment.strategy", "range,roundrobin")).replace(" ", "")
 
 
 def _is_incremental(conf: Mapping[str, Any]) -> bool:
@@ -126,6 +140,9 @@ class SafeConsumer(Consumer):
         keepalive_after: float | None = None,
         keepalive_max: float | None = None,
         on_fatal: FatalPolicy = "raise",
+        commit_retry: CommitRetry | None = _DEFAULT_COMMIT_RETRY,
+        meter_provider: MeterProvider | None = None,
+        tracer_provider: TracerProvider | None = None,
         **kwargs: Any,
     ) -> None:
         """Create the consumer.
@@ -143,6 +160,13 @@ class SafeConsumer(Consumer):
             call; ``"exit"`` also logs one CRITICAL line and ends the process with
             :data:`EXIT_GROUP_MAX_SIZE` (group full) or :data:`EXIT_FATAL`, even when the error
             was seen on the keepalive thread.
+        :param commit_retry: how a synchronous ``commit()`` is retried while the group
+            coordinator moves (:class:`CommitRetry`; default 5 attempts within 30 s, jittered
+            backoff from 0.2 s up to 5 s). Ownership is checked again before every attempt.
+            ``None``: never retried.
+        :param meter_provider: OpenTelemetry meter provider for this consumer's metrics;
+            default the global one (a no-op unless the application installed an SDK).
+        :param tracer_provider: OpenTelemetry tracer provider for its spans; default the global one.
         """
         if not isinstance(conf, Mapping) and conf is not None:
             raise TypeError(f"SafeConsumer expects a config dict, got {type(conf).__name__}")
@@ -150,6 +174,8 @@ class SafeConsumer(Consumer):
             raise ValueError(f"keepalive must be 'auto' or 'off', got {keepalive!r}")
         if on_fatal not in ("raise", "exit"):
             raise ValueError(f"on_fatal must be 'raise' or 'exit', got {on_fatal!r}")
+        if commit_retry is not None and not isinstance(commit_retry, CommitRetry):
+            raise TypeError(f"commit_retry must be a CommitRetry or None, got {type(commit_retry).__name__}")
         config: dict[str, Any] = {**(conf or {}), **kwargs}
         max_poll_s = float(config.get("max.poll.interval.ms", 300000)) / 1000
         after = _positive("keepalive_after", keepalive_after, max_poll_s / 2)
@@ -158,12 +184,14 @@ class SafeConsumer(Consumer):
         auto_store = _conf_bool(config.get("enable.auto.offset.store"), True)
         # The gate stores offsets itself, only for records it hands out (see _delivery).
         config["enable.auto.offset.store"] = False
+        logger.debug("creating SafeConsumer with config %s", redact_config(config))
         super().__init__(config)
         self._lock = threading.RLock()
         self._state = _State.OPEN
         self._subscription: list[str] | None = None
         self._ledger = PauseLedger()
         self._on_fatal = on_fatal
+        self._commit_retry = commit_retry
         self._fatal: FatalConsumerError | None = None
         self._gate = DeliveryGate(
             self._raw_store, self._raw_position, auto_store=auto_store, on_error=self._check_error_event
@@ -176,7 +204,16 @@ class SafeConsumer(Consumer):
         #: The gate's fast lane (see poll()) and until when poll() may use it without a real call.
         self._lane = self._gate.lane
         self._lane_until = 0.0
-        self._rebalance = RebalanceHandler(self, self._ledger, self._gate, incremental=_is_incremental(config))
+        self._telemetry = Telemetry(self._group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
+        self._telemetry.bind(self._gate)
+        self._rebalance = RebalanceHandler(
+            self,
+            self._ledger,
+            self._gate,
+            self._telemetry,
+            incremental=_is_incremental(config),
+            protocol=_protocol_label(config),
+        )
         self._keeper = Keeper(self, mode=keepalive, after=after, ceiling=ceiling)
 
     def __repr__(self) -> str:
@@ -207,6 +244,7 @@ class SafeConsumer(Consumer):
         with self._lock:
             if self._fatal is None:
                 self._fatal = fatal
+                self._telemetry.fatal(error_type(err, fatal))
                 _log_critical(str(fatal), exiting=self._on_fatal == "exit")
                 self._keeper.stop(join=False)
                 if self._state is _State.OPEN:
@@ -353,6 +391,17 @@ class SafeConsumer(Consumer):
             self._last_call = time.monotonic()
             out = gate.admit_batch(msgs, unchanged=epoch == self._rebalance.epoch) if msgs else msgs
             return released + out if released else out
+
+    def process(self, message: Message) -> contextlib.AbstractContextManager[Span]:
+        """Trace your processing of one record: ``with consumer.process(msg): handle(msg)``.
+
+        Starts a ``process <topic>`` span (kind CONSUMER, messaging semantic conventions:
+        system, destination name and partition, offset, consumer group) that continues the
+        trace the record carries in its ``traceparent`` header, and makes it current, so
+        spans your code starts inside are its children. An exception leaving the block is
+        recorded on the span and re-raised. Payloads and keys are never recorded.
+        """
+        return self._telemetry.process(message)
 
     def _app_is_back(self) -> None:
         keeper = self._keeper
@@ -558,17 +607,33 @@ class SafeConsumer(Consumer):
     ) -> list[TopicPartition] | None:
         if self._state is _State.CLOSED:
             raise self._closed("commit")
+        if message is not None and offsets is not None:
+            raise TypeError("commit() takes message or offsets, not both")
+        if message is not None:
+            if not isinstance(message, Message):
+                raise TypeError(f"commit() message must be a Message, got {type(message).__name__}")
+            if message.error() is not None:
+                raise TypeError("commit() cannot commit an error event")
+            offsets = [next_offset(message)]
+        if offsets is not None:
+            _partition_keys(offsets, "commit")
+        if asynchronous or self._commit_retry is None:
+            return self._commit_once(offsets, asynchronous=asynchronous)
+        # Synchronous: retried on coordinator errors; _commit_once checks ownership every time.
+        result: list[TopicPartition] | None = None
+        pending = offsets
+        for attempt in self._commit_retry.retrying():
+            with attempt, self._lock:
+                if pending is not None:
+                    pending = self._owned_offsets("commit", pending)  # a partition that moved is not retried
+                result = self._commit_once(pending, asynchronous=False)
+        return result
+
+    def _commit_once(self, offsets: list[TopicPartition] | None, *, asynchronous: bool) -> list[TopicPartition] | None:
         with self._lock:
-            if message is not None and offsets is not None:
-                raise TypeError("commit() takes message or offsets, not both")
-            if message is not None:
-                if not isinstance(message, Message):
-                    raise TypeError(f"commit() message must be a Message, got {type(message).__name__}")
-                if message.error() is not None:
-                    raise TypeError("commit() cannot commit an error event")
-                offsets = [next_offset(message)]
+            if self._state is _State.CLOSED:
+                raise self._closed("commit")
             if offsets is not None:
-                _partition_keys(offsets, "commit")
                 offsets = self._owned_offsets("commit", offsets)
                 if not offsets:
                     return None if asynchronous else []

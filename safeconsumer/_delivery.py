@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -117,6 +117,10 @@ class DeliveryGate:
         self.released = 0
         self.purged: dict[PurgeReason, int] = {"revoked": 0, "lost": 0, "unowned": 0, "seek": 0}
         self.offsets_dropped = 0
+        #: Records handed out per partition, kept only while telemetry records (see otel.py).
+        self.consumed: Counter[tuple[str | None, int | None]] | None = None
+        #: Size of the application's effective paused set (parking aside). Written by the rebalance handler.
+        self.intent_paused = 0
 
     # -- state changes -------------------------------------------------------------------
     def set_paused(self, paused: frozenset[Key]) -> None:
@@ -184,6 +188,8 @@ class DeliveryGate:
             if not (self.owned.issuperset(partitions) and self.paused.isdisjoint(partitions)):
                 return None
         self.delivered += len(msgs)
+        if self.consumed is not None:
+            self.consumed.update(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
         self._dirty = True
         records = iter(msgs)
         first = next(records)
@@ -209,10 +215,14 @@ class DeliveryGate:
                 break
         self.ahead.extendleft(reversed(taken))
         self.delivered -= len(taken)
+        if self.consumed is not None:
+            self.consumed.subtract(zip(map(_topic, taken), map(_partition, taken), strict=True))
 
     def _deliver_one(self, msg: Message) -> Message:
         """Count a record handed out; every _FLUSH_EVERY of them, see whether a store is due."""
         self.delivered += 1
+        if self.consumed is not None:
+            self.consumed[(msg.topic(), msg.partition())] += 1
         self._dirty = True
         self._unflushed += 1
         if self._unflushed >= _FLUSH_EVERY:
@@ -239,6 +249,8 @@ class DeliveryGate:
 
     def _deliver_all(self, msgs: list[Message]) -> list[Message]:
         self.delivered += len(msgs)
+        if self.consumed is not None:
+            self.consumed.update(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
         self._dirty = True
         self.flush()
         return msgs
@@ -266,6 +278,8 @@ class DeliveryGate:
             logger.warning("dropped %d record(s) of unowned partitions", unowned)
         if len(out) > errors:
             self.delivered += len(out) - errors
+            if self.consumed is not None:
+                self.consumed.update((m.topic(), m.partition()) for m in out if m.error() is None)
             self._dirty = True
             self.flush()
         return out
@@ -296,6 +310,8 @@ class DeliveryGate:
         if out:
             self.released += len(out)
             self.delivered += len(out)
+            if self.consumed is not None:
+                self.consumed.update(zip(map(_topic, out), map(_partition, out), strict=True))
             self._dirty = True
         return out
 

@@ -91,3 +91,31 @@ def classify(error: KafkaError, group_id: str) -> FatalConsumerError | None:
             group_id=group_id,
         )
     return None
+
+
+#: Commit errors that mean "the coordinator is moving or briefly unreachable": a later attempt
+#: can succeed. Fencing and rebalance errors are not here: the member's generation changed, and
+#: what it may commit is decided again by the ownership check, not by retrying.
+_RETRIABLE_COMMIT = frozenset(
+    {
+        KafkaError._WAIT_COORD,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
+def is_retriable_commit_error(error: KafkaError | None) -> bool:
+    """True when a failed synchronous commit may be tried again (coordinator moving or unreachable)."""
+    if error is None or error.fatal():
+        return False
+    return error.code() in _RETRIABLE_COMMIT or error.retriable()
+
+
+def error_type(error: KafkaError | None, fallback: Exception) -> str:
+    """The ``error.type`` of telemetry: librdkafka's name of the error code, else the exception class."""
+    return error.name() if error is not None else type(fallback).__name__

@@ -34,6 +34,8 @@ from confluent_kafka import Consumer
 from ._errors import FatalConsumerError
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
     from ._consumer import SafeConsumer
 
 logger = logging.getLogger("safeconsumer")
@@ -57,6 +59,8 @@ class Keeper:
         self._depth = 0  # open manual keepalive() blocks
         self.auto_parked = False
         self._parked_since: float | None = None
+        self._span: Span | None = None
+        self._span_mode = "manual"
         self._ceiling_hit = False
         self._app_active = False  # the application has polled at least once
         self._stop = False
@@ -117,6 +121,7 @@ class Keeper:
         thread = self._thread
         if join and thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
+        self._end_span()
 
     # -- parking -------------------------------------------------------------------------
     def _park(self, *, auto: bool) -> None:
@@ -126,6 +131,8 @@ class Keeper:
                 self.auto_parked = True
             self._parked_since = time.monotonic()
             self._ceiling_hit = False
+            self._span_mode = "auto" if auto else "manual"
+            self._span = consumer._telemetry.keepalive_started(self._span_mode)
             consumer._gate.flush(force=True)  # an idle moment: store what was delivered
             consumer._rebalance.set_parked(True)
         logger.info("parked: keeping the member alive without consuming (%s)", "auto" if auto else "keepalive()")
@@ -135,8 +142,15 @@ class Keeper:
         with consumer._lock:
             if self._parked_since is not None:
                 logger.info("un-parked after %.1fs", time.monotonic() - self._parked_since)
-                self._parked_since = None
+            self._end_span()
             consumer._rebalance.set_parked(False)
+
+    def _end_span(self) -> None:
+        """End the parked span of time (un-parked, or the consumer closed while parked)."""
+        span, self._span = self._span, None
+        since, self._parked_since = self._parked_since, None
+        if span is not None and since is not None:
+            self._consumer._telemetry.keepalive_ended(span, self._span_mode, time.monotonic() - since)
 
     # -- the thread ----------------------------------------------------------------------
     def _ensure_thread(self) -> None:
@@ -167,6 +181,8 @@ class Keeper:
             if self._depth == 0 and since is not None and now - since > self.ceiling:
                 if not self._ceiling_hit:
                     self._ceiling_hit = True
+                    if self._span is not None:
+                        self._span.add_event("safeconsumer.keepalive.ceiling_reached")
                     logger.error(
                         "keepalive ceiling reached: the application has not polled for %.0fs "
                         "(keepalive_max=%.0fs); no longer keeping the member alive, it will be "

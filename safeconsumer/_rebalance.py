@@ -31,10 +31,32 @@ from ._pause import Key, PauseLedger
 
 if TYPE_CHECKING:
     from ._consumer import SafeConsumer
+    from .otel import Telemetry
 
 logger = logging.getLogger("safeconsumer")
 
 RebalanceCallback = Callable[["SafeConsumer", list[TopicPartition]], object]
+
+
+def group_generation(consumer: Consumer) -> int | None:
+    """The group generation (classic) or member epoch (KIP-848) the consumer holds, if known.
+
+    Read from ``consumer_group_metadata()``, whose serialized form starts with ``CGMDv2:``
+    and a big-endian int32 generation; None when that form is not recognised.
+    """
+    try:
+        data = bytes(Consumer.consumer_group_metadata(consumer))
+    except (KafkaException, RuntimeError, TypeError):
+        return None
+    magic = b"CGMDv2:"
+    if not data.startswith(magic) or len(data) < len(magic) + 4:
+        return None
+    return int.from_bytes(data[len(magic) : len(magic) + 4], "big", signed=True)
+
+
+def _generation(consumer: Consumer) -> str:
+    generation = group_generation(consumer)
+    return "generation unknown" if generation is None else f"generation {generation}"
 
 
 def _tps(keys: Iterable[Key]) -> list[TopicPartition]:
@@ -44,11 +66,23 @@ def _tps(keys: Iterable[Key]) -> list[TopicPartition]:
 class RebalanceHandler:
     """Wraps the user's rebalance callbacks and keeps ownership and pause flags true."""
 
-    def __init__(self, consumer: SafeConsumer, ledger: PauseLedger, gate: DeliveryGate, *, incremental: bool):
+    def __init__(
+        self,
+        consumer: SafeConsumer,
+        ledger: PauseLedger,
+        gate: DeliveryGate,
+        telemetry: Telemetry,
+        *,
+        incremental: bool,
+        protocol: str,
+    ):
         self._consumer = consumer
         self._ledger = ledger
         self._gate = gate
+        self._telemetry = telemetry
         self.incremental = incremental
+        #: For logs and spans: "consumer" (KIP-848) or "classic/<assignment strategy>".
+        self.protocol = protocol
         self.user_on_assign: RebalanceCallback | None = None
         self.user_on_revoke: RebalanceCallback | None = None
         self.user_on_lost: RebalanceCallback | None = None
@@ -70,6 +104,18 @@ class RebalanceHandler:
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
+        with self._telemetry.rebalance("assigned", keys, self.protocol):
+            self._assign(partitions, keys)
+        logger.info(
+            "assigned %d partition(s) (%s, %s), now owning %d, %d effectively paused",
+            len(keys),
+            self.protocol,
+            _generation(self._consumer),
+            len(self.owned),
+            self._gate.intent_paused,
+        )
+
+    def _assign(self, partitions: list[TopicPartition], keys: list[Key]) -> None:
         # Owned from here on, so that the user's callback sees owns() and paused() of the new assignment.
         self.assigned(keys, replace=not self.incremental)
         self._in_assign_callback, self._assign_called = True, False
@@ -87,13 +133,6 @@ class RebalanceHandler:
             self._ledger.unmark_partitions(self._limbo - set(keys))
             self._limbo.clear()
             self.sync(fresh=keys)
-            logger.info(
-                "assigned %d partition(s) (%s), now owning %d, %d effectively paused",
-                len(keys),
-                "incremental" if self.incremental else "eager",
-                len(self.owned),
-                len(self._gate.paused),
-            )
 
     def on_revoke(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         self._leaving(partitions, self.user_on_revoke, "revoked")
@@ -106,14 +145,22 @@ class RebalanceHandler:
         self, partitions: list[TopicPartition], callback: RebalanceCallback | None, reason: PurgeReason
     ) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
-        if reason == "revoked":
-            self._gate.flush(force=True)
-        try:
-            if callback is not None:
-                callback(self._consumer, partitions)
-        finally:
-            self.left(keys, reason, rebalance=True)
-            logger.info("%s %d partition(s), now owning %d", reason, len(keys), len(self.owned))
+        with self._telemetry.rebalance(reason, keys, self.protocol):
+            if reason == "revoked":
+                self._gate.flush(force=True)
+            try:
+                if callback is not None:
+                    callback(self._consumer, partitions)
+            finally:
+                self.left(keys, reason, rebalance=True)
+        logger.info(
+            "%s %d partition(s) (%s, %s), now owning %d",
+            reason,
+            len(keys),
+            self.protocol,
+            _generation(self._consumer),
+            len(self.owned),
+        )
 
     # -- assignment bookkeeping (also for the app's own assign/unassign calls) ------------------
     def note_assign_call(self) -> None:
@@ -149,7 +196,7 @@ class RebalanceHandler:
             self._limbo |= gone & self._ledger.partitions
         else:
             self._ledger.unmark_partitions(gone)
-        self._gate.set_paused(frozenset(self.owned) if self.parked else self._ledger.effective(self.owned))
+        self._set_paused(frozenset(self.owned) if self.parked else None)
 
     def sync(self, fresh: Iterable[Key] = ()) -> None:
         """Make librdkafka's pause flags equal the effective set of the current assignment.
@@ -159,10 +206,11 @@ class RebalanceHandler:
         alone: every partition is resumed inside librdkafka as it leaves (``left``), so
         none carries a stale flag, and a needless resume would restart its fetch.
         """
-        effective = frozenset(self.owned) if self.parked else self._ledger.effective(self.owned)
+        intent = self._ledger.effective(self.owned)
+        effective = frozenset(self.owned) if self.parked else intent
         if self._in_assign_callback and not self._assign_called:
             # librdkafka has not been given the assignment yet; on_assign syncs once it has.
-            self._gate.set_paused(effective)
+            self._set_paused(effective, intent)
             return
         to_pause = (effective - self._applied) | (effective & set(fresh))
         to_resume = self._applied - effective
@@ -171,7 +219,14 @@ class RebalanceHandler:
         if to_resume:
             self._resume_raw(to_resume)
         self._applied = set(effective)
-        self._gate.set_paused(effective)
+        self._set_paused(effective, intent)
+
+    def _set_paused(self, effective: frozenset[Key] | None, intent: frozenset[Key] | None = None) -> None:
+        """Tell the gate what is paused now (parked or by intent) and how much of it is intent."""
+        if intent is None:
+            intent = self._ledger.effective(self.owned)
+        self._gate.intent_paused = len(intent)
+        self._gate.set_paused(intent if effective is None else effective)
 
     def set_parked(self, parked: bool) -> None:
         """Park (keepalive) or un-park: the user's intent is untouched, librdkafka follows both."""

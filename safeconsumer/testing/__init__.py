@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from ._broker import Broker, choose_kind, launch_broker, start_broker
-from ._errors import BrokerOverridesUnsupported, BrokerStartError
+from ._errors import BrokerOverridesUnsupported, BrokerRestartUnsupported, BrokerStartError
 from ._kit import (
     PROTOCOLS,
     GroupSnapshot,
@@ -27,6 +27,7 @@ from ._local import KAFKA_VERSION, kafka_lib_dir
 __all__ = [
     "Broker",
     "BrokerOverridesUnsupported",
+    "BrokerRestartUnsupported",
     "BrokerStartError",
     "GroupSnapshot",
     "KAFKA_VERSION",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from ._container import ContainerBroker, docker_engine_available
-from ._errors import BrokerOverridesUnsupported, BrokerStartError
+from ._errors import BrokerOverridesUnsupported, BrokerRestartUnsupported, BrokerStartError
 from ._local import KAFKA_VERSION, LocalBroker
 
 logger = logging.getLogger(__name__)
@@ -48,6 +48,17 @@ class Broker:
         """Stop the broker if this process started it; an external cluster is left alone."""
         if self._process is not None:
             self._process.stop()
+
+    def restart(self) -> None:
+        """Stop the broker and start it again on the same address and data (local brokers only).
+
+        Clients see the broker - and the group coordinator on it - go away and come back:
+        the way to test what a client does while its coordinator moves.
+        """
+        if not isinstance(self._process, LocalBroker):
+            raise BrokerRestartUnsupported(f"restart() needs a broker started from local jars, not a {self.kind} one")
+        self._process.restart()
+        object.__setattr__(self, "pid", self._process.pid)
 
 
 def choose_kind() -> BrokerKind:

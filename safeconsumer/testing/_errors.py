@@ -9,3 +9,7 @@ class BrokerStartError(RuntimeError):
 
 class BrokerOverridesUnsupported(ValueError):
     """Broker setting overrides were asked of a cluster this process did not start."""
+
+
+class BrokerRestartUnsupported(RuntimeError):
+    """restart() was asked of a broker this process did not start from local jars."""

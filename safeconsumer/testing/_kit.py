@@ -309,12 +309,11 @@ def _enum_name(value: object) -> str:
 def consumer_generation(consumer: Any) -> int:
     """The group generation (classic) or member epoch (KIP-848) a consumer currently holds.
 
-    Read from ``consumer_group_metadata()``, whose serialized form starts with
-    ``CGMDv2:`` and a big-endian int32 generation; -1 when not in a group.
+    Read from ``consumer_group_metadata()``; -1 when not in a group.
     """
-    raw = consumer.consumer_group_metadata()
-    data = bytes(raw)
-    magic = b"CGMDv2:"
-    if not data.startswith(magic) or len(data) < len(magic) + 4:
+    from .._rebalance import group_generation
+
+    generation = group_generation(consumer)
+    if generation is None:
         raise ValueError("unrecognised consumer group metadata format")
-    return int.from_bytes(data[len(magic) : len(magic) + 4], "big", signed=True)
+    return generation

@@ -261,9 +261,7 @@ class LocalBroker:
         log4j = self.workdir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log=self.log_path))
         self.log_path.write_text("")
-        # SAFECONSUMER_BROKER_JVM_OPTS is appended (later options win), e.g. a larger heap for benchmarks.
-        extra = os.environ.get("SAFECONSUMER_BROKER_JVM_OPTS", "").split()
-        java = [_java(), *_JVM_OPTIONS, *extra, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{lib}/*"]
+        java = self._java_command(lib)
         cluster_id = _cluster_id()
         fmt = subprocess.run(
             [*java, "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id, "-c", str(props)],
@@ -274,7 +272,25 @@ class LocalBroker:
         )
         if fmt.returncode != 0:
             raise BrokerStartError(f"formatting the KRaft log dir failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}")
-        out = open(self.workdir / "stdout.log", "wb")  # noqa: SIM115 - owned by the child
+        self._launch(lib)
+
+    def _java_command(self, lib: Path) -> list[str]:
+        # SAFECONSUMER_BROKER_JVM_OPTS is appended (later options win), e.g. a larger heap for benchmarks.
+        extra = os.environ.get("SAFECONSUMER_BROKER_JVM_OPTS", "").split()
+        log4j = self.workdir / "log4j2.properties"
+        return [_java(), *_JVM_OPTIONS, *extra, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{lib}/*"]
+
+    def restart(self) -> None:
+        """Stop the JVM and start it again on the same ports and data: clients see the broker,
+        and with it the group coordinator, go away and come back."""
+        self._stop_process()
+        self._launch(kafka_lib_dir(self.version), after=self._starts_logged())
+
+    def _launch(self, lib: Path, *, after: int = 0) -> None:
+        """Run the broker on the formatted data dir; return once it logged its start (``after``: once more)."""
+        props = self.workdir / "server.properties"
+        java = self._java_command(lib)
+        out = open(self.workdir / "stdout.log", "ab")  # noqa: SIM115 - owned by the child
         started = time.monotonic()
         self._proc = subprocess.Popen(
             [*java, "kafka.Kafka", str(props)],
@@ -294,7 +310,7 @@ class LocalBroker:
                 raise BrokerStartError(
                     f"the Kafka broker exited during start-up; log {self.log_path}:\n{self._log_tail()}"
                 )
-            if _STARTED_MARKER in self._log_tail(20000):
+            if self._starts_logged() > after:
                 break
             if time.monotonic() > deadline:
                 self.stop()
@@ -311,6 +327,11 @@ class LocalBroker:
             self.log_path,
         )
 
+    def _starts_logged(self) -> int:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace").count(_STARTED_MARKER)
+        return 0
+
     def _log_tail(self, size: int = 3000) -> str:
         text = ""
         for path in (self.log_path, self.workdir / "stdout.log"):
@@ -319,6 +340,11 @@ class LocalBroker:
         return text
 
     def stop(self) -> None:
+        self._stop_process()
+        # Keep the logs for post-mortems; the data can go.
+        shutil.rmtree(self.workdir / "data", ignore_errors=True)
+
+    def _stop_process(self) -> None:
         proc, self._proc = self._proc, None
         with _live_lock:
             _live.discard(self)
@@ -331,5 +357,3 @@ class LocalBroker:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
-        # Keep the logs for post-mortems; the data can go.
-        shutil.rmtree(self.workdir / "data", ignore_errors=True)

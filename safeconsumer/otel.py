@@ -1,0 +1,243 @@
+"""OpenTelemetry metrics and spans of a SafeConsumer, through ``opentelemetry-api`` only.
+
+Nothing here imports the SDK. With no SDK configured every instrument is the API's no-op and
+the per-partition count of consumed records is not kept at all, so telemetry costs nothing on
+the record path. Providers come from the ``meter_provider=`` / ``tracer_provider=`` options of
+:class:`~safeconsumer.SafeConsumer`, else from the global ones.
+
+Metrics (every one carries ``messaging.system=kafka`` and ``messaging.consumer.group.name``):
+
+============================================  =================  ==============================================
+instrument                                    kind               attributes
+============================================  =================  ==============================================
+``messaging.client.consumed.messages``        counter            ``messaging.destination.name``,
+                                                                 ``messaging.destination.partition.id``
+``safeconsumer.rebalances``                   counter            ``safeconsumer.rebalance.change``:
+                                                                 assigned | revoked | lost
+``safeconsumer.partitions.paused``            gauge              (the effective paused set of the assignment)
+``safeconsumer.records.withheld``             counter
+``safeconsumer.records.purged``               counter            ``safeconsumer.purge.reason``:
+                                                                 revoked | lost | unowned | seek
+``safeconsumer.offsets.dropped``              counter            (offsets of unowned partitions refused)
+``safeconsumer.keepalive.duration``           histogram (s)      ``safeconsumer.keepalive.mode``: auto | manual
+``safeconsumer.fatal_errors``                 counter            ``error.type``
+============================================  =================  ==============================================
+
+Spans: one per rebalance callback (``safeconsumer rebalance <change>``), one per parked span
+of the keepalive (``safeconsumer keepalive``), and ``process <topic>`` around the application's
+own processing of a record (:meth:`SafeConsumer.process`), which continues the trace whose
+context the record carries in its ``traceparent`` header. Payloads and keys are never recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from confluent_kafka import Message
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.metrics import CallbackOptions, MeterProvider, NoOpMeterProvider, Observation
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.trace import Span, SpanKind, TracerProvider
+from opentelemetry.util.types import AttributeValue
+
+from ._pause import Key
+
+if TYPE_CHECKING:
+    from ._delivery import DeliveryGate
+
+__all__ = ["INSTRUMENTATION_NAME", "Telemetry", "metrics_enabled"]
+
+INSTRUMENTATION_NAME = "safeconsumer"
+
+_Headers = list[tuple[str, bytes | str | None]]
+
+
+def metrics_enabled(provider: MeterProvider) -> bool:
+    """Whether ``provider`` records anything: not the API's no-op, nor its global proxy while
+    no SDK has been installed behind it."""
+    if isinstance(provider, NoOpMeterProvider):
+        return False
+    # The API's global provider is a proxy until an SDK is set; it is then replaced, so a proxy
+    # returned by get_meter_provider() means "none configured yet".
+    return not (provider is metrics.get_meter_provider() and type(provider).__name__ == "_ProxyMeterProvider")
+
+
+class _HeaderGetter(Getter[_Headers]):
+    """Reads W3C trace context from Kafka headers (a list of (key, bytes) pairs)."""
+
+    def get(self, carrier: _Headers, key: str) -> list[str] | None:
+        found = [
+            value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            for name, value in carrier
+            if name.lower() == key and value is not None
+        ]
+        return found or None
+
+    def keys(self, carrier: _Headers) -> list[str]:
+        return [name for name, _ in carrier]
+
+
+_GETTER = _HeaderGetter()
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+class Telemetry:
+    """The instruments and tracer of one consumer; created once, with the consumer."""
+
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        meter_provider: MeterProvider | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        self.recording = metrics_enabled(provider)
+        self.base: dict[str, str] = {"messaging.system": "kafka", "messaging.consumer.group.name": group_id}
+        meter = provider.get_meter(INSTRUMENTATION_NAME, _version())
+        self._tracer = (tracer_provider if tracer_provider is not None else trace.get_tracer_provider()).get_tracer(
+            INSTRUMENTATION_NAME, _version()
+        )
+        self._gate: weakref.ref[DeliveryGate] | None = None
+        meter.create_observable_counter(
+            "messaging.client.consumed.messages",
+            callbacks=[self._observe_consumed],
+            unit="{message}",
+            description="Records handed to the application.",
+        )
+        self._rebalances = meter.create_counter(
+            "safeconsumer.rebalances", unit="{rebalance}", description="Rebalance callbacks, by change."
+        )
+        meter.create_observable_gauge(
+            "safeconsumer.partitions.paused",
+            callbacks=[self._observe_paused],
+            unit="{partition}",
+            description="Partitions of the assignment effectively paused by the application's intent.",
+        )
+        meter.create_observable_counter(
+            "safeconsumer.records.withheld",
+            callbacks=[self._observe_withheld],
+            unit="{record}",
+            description="Records kept back because their partition was paused when they arrived.",
+        )
+        meter.create_observable_counter(
+            "safeconsumer.records.purged",
+            callbacks=[self._observe_purged],
+            unit="{record}",
+            description="Records never handed out because their partition left, was rewound, or was not owned.",
+        )
+        meter.create_observable_counter(
+            "safeconsumer.offsets.dropped",
+            callbacks=[self._observe_dropped],
+            unit="{offset}",
+            description="Offsets of partitions not owned, refused by commit() or store_offsets().",
+        )
+        self._keepalive = meter.create_histogram(
+            "safeconsumer.keepalive.duration", unit="s", description="Time one keepalive kept the member parked."
+        )
+        self._fatal = meter.create_counter(
+            "safeconsumer.fatal_errors", unit="{error}", description="Fatal errors that stopped the consumer."
+        )
+
+    def bind(self, gate: DeliveryGate) -> None:
+        """Read the gate's counters (weakly: a meter provider never keeps a consumer alive)."""
+        self._gate = weakref.ref(gate)
+        if self.recording:
+            gate.consumed = Counter()
+
+    # -- observable callbacks (run on the metric reader's thread) -------------------------
+    def _live_gate(self) -> DeliveryGate | None:
+        return self._gate() if self._gate is not None else None
+
+    def _observe_consumed(self, _options: CallbackOptions) -> Iterable[Observation]:
+        gate = self._live_gate()
+        if gate is None:
+            return []
+        if gate.consumed is None:
+            # An SDK was installed after the consumer was created: count from now on.
+            gate.consumed = Counter()
+            return []
+        counts = gate.consumed.copy()
+        counts.subtract((m.topic(), m.partition()) for m in list(gate.lane))  # admitted, not yet handed out
+        return [
+            Observation(n, {**self.base, "messaging.destination.name": t, "messaging.destination.partition.id": str(p)})
+            for (t, p), n in counts.items()
+        ]
+
+    def _observe_paused(self, _options: CallbackOptions) -> Iterable[Observation]:
+        gate = self._live_gate()
+        return [Observation(gate.intent_paused, self.base)] if gate is not None else []
+
+    def _observe_withheld(self, _options: CallbackOptions) -> Iterable[Observation]:
+        gate = self._live_gate()
+        return [Observation(gate.withheld, self.base)] if gate is not None else []
+
+    def _observe_purged(self, _options: CallbackOptions) -> Iterable[Observation]:
+        gate = self._live_gate()
+        if gate is None:
+            return []
+        return [Observation(n, {**self.base, "safeconsumer.purge.reason": r}) for r, n in dict(gate.purged).items()]
+
+    def _observe_dropped(self, _options: CallbackOptions) -> Iterable[Observation]:
+        gate = self._live_gate()
+        return [Observation(gate.offsets_dropped, self.base)] if gate is not None else []
+
+    # -- events ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def rebalance(self, change: str, partitions: Iterable[Key], protocol: str) -> Iterator[Span]:
+        """Count a rebalance callback and wrap it in a span (an exception is recorded, then re-raised)."""
+        keys = list(partitions)
+        self._rebalances.add(1, {**self.base, "safeconsumer.rebalance.change": change})
+        attributes: dict[str, AttributeValue] = {
+            **self.base,
+            "safeconsumer.rebalance.change": change,
+            "safeconsumer.rebalance.protocol": protocol,
+            "safeconsumer.rebalance.partitions": len(keys),
+            "safeconsumer.rebalance.topics": sorted({t for t, _ in keys}),
+        }
+        with self._tracer.start_as_current_span(f"safeconsumer rebalance {change}", attributes=attributes) as span:
+            yield span
+
+    def keepalive_started(self, mode: str) -> Span:
+        """A parked span of time begins (it may end on another thread: not made current)."""
+        return self._tracer.start_span(
+            "safeconsumer keepalive", attributes={**self.base, "safeconsumer.keepalive.mode": mode}
+        )
+
+    def keepalive_ended(self, span: Span, mode: str, seconds: float) -> None:
+        self._keepalive.record(seconds, {**self.base, "safeconsumer.keepalive.mode": mode})
+        span.end()
+
+    def fatal(self, error_type: str) -> None:
+        self._fatal.add(1, {**self.base, "error.type": error_type})
+
+    @contextlib.contextmanager
+    def process(self, message: Message) -> Iterator[Span]:
+        """The ``process <topic>`` span of one record, parented on the trace the record carries."""
+        if not isinstance(message, Message) or message.error() is not None:
+            raise TypeError(f"process() takes a record returned by poll() or consume(), got {message!r}")
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        raw = message.headers() or []
+        headers: _Headers = list(raw.items()) if isinstance(raw, dict) else list(raw)
+        parent = propagate.extract(headers, getter=_GETTER) if headers else None
+        attributes: Mapping[str, str | int] = {
+            **self.base,
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "messaging.destination.name": str(topic),
+            "messaging.destination.partition.id": str(partition),
+            "messaging.kafka.offset": int(offset or 0),
+        }
+        with self._tracer.start_as_current_span(
+            f"process {topic}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
+        ) as span:
+            yield span
