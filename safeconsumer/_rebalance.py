@@ -21,6 +21,7 @@ Under incremental protocols a revoked partition is leaving, and its mark goes no
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -42,7 +43,8 @@ def group_generation(consumer: Consumer) -> int | None:
     """The group generation (classic) or member epoch (KIP-848) the consumer holds, if known.
 
     Read from ``consumer_group_metadata()``, whose serialized form starts with ``CGMDv2:``
-    and a big-endian int32 generation; None when that form is not recognised.
+    and the generation as an int32 in the host's byte order (librdkafka copies it as it is
+    in memory); None when that form is not recognised.
     """
     try:
         data = bytes(Consumer.consumer_group_metadata(consumer))
@@ -51,7 +53,7 @@ def group_generation(consumer: Consumer) -> int | None:
     magic = b"CGMDv2:"
     if not data.startswith(magic) or len(data) < len(magic) + 4:
         return None
-    return int.from_bytes(data[len(magic) : len(magic) + 4], "big", signed=True)
+    return int.from_bytes(data[len(magic) : len(magic) + 4], sys.byteorder, signed=True)
 
 
 def _generation(consumer: Consumer) -> str:

@@ -220,11 +220,14 @@ class Telemetry:
     def fatal(self, error_type: str) -> None:
         self._fatal.add(1, {**self.base, "error.type": error_type})
 
-    @contextlib.contextmanager
-    def process(self, message: Message) -> Iterator[Span]:
+    def process(self, message: Message) -> contextlib.AbstractContextManager[Span]:
         """The ``process <topic>`` span of one record, parented on the trace the record carries."""
         if not isinstance(message, Message) or message.error() is not None:
             raise TypeError(f"process() takes a record returned by poll() or consume(), got {message!r}")
+        return self._process(message)
+
+    @contextlib.contextmanager
+    def _process(self, message: Message) -> Iterator[Span]:
         topic, partition, offset = message.topic(), message.partition(), message.offset()
         raw = message.headers() or []
         headers: _Headers = list(raw.items()) if isinstance(raw, dict) else list(raw)

@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_random_exponential
+
 from ._container import ContainerBroker, docker_engine_available
 from ._errors import BrokerOverridesUnsupported, BrokerRestartUnsupported, BrokerStartError
 from ._local import KAFKA_VERSION, LocalBroker
@@ -49,16 +53,47 @@ class Broker:
         if self._process is not None:
             self._process.stop()
 
-    def restart(self) -> None:
-        """Stop the broker and start it again on the same address and data (local brokers only).
+    @contextmanager
+    def down(self) -> Iterator[None]:
+        """Inside the block the broker is stopped; at its end it starts again on the same
+        address and data (brokers started from local jars only).
 
         Clients see the broker - and the group coordinator on it - go away and come back:
-        the way to test what a client does while its coordinator moves.
+        the way to test what a client does while its coordinator is unavailable or moves.
         """
-        if not isinstance(self._process, LocalBroker):
-            raise BrokerRestartUnsupported(f"restart() needs a broker started from local jars, not a {self.kind} one")
-        self._process.restart()
-        object.__setattr__(self, "pid", self._process.pid)
+        process = self._process
+        if not isinstance(process, LocalBroker):
+            raise BrokerRestartUnsupported(f"down() needs a broker started from local jars, not a {self.kind} one")
+        process.stop_process()
+        try:
+            yield
+        finally:
+            process.start_again()
+            wait_ready(self.bootstrap_servers, timeout=process.startup_timeout)
+            object.__setattr__(self, "pid", process.pid)
+
+    def restart(self) -> None:
+        """Stop the broker and start it again at once: :meth:`down` with an empty block."""
+        with self.down():
+            pass
+
+
+def wait_ready(bootstrap_servers: str, *, timeout: float) -> None:
+    """Wait until the cluster answers a metadata request with a live broker (tenacity: jittered
+    backoff, a deadline); raise :class:`BrokerStartError` naming it if it never does."""
+
+    def answer() -> bool:
+        admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.connection.setup.timeout.ms": 5000})
+        return bool(admin.list_topics(timeout=5).brokers)
+
+    retrying = Retrying(
+        stop=stop_after_delay(timeout),
+        wait=wait_random_exponential(multiplier=0.1, max=2.0),
+        retry=retry_if_result(lambda ok: not ok) | retry_if_exception_type(KafkaException),
+        retry_error_callback=lambda _state: False,
+    )
+    if not retrying(answer):
+        raise BrokerStartError(f"no Kafka broker answered at {bootstrap_servers} within {timeout:.0f}s")
 
 
 def choose_kind() -> BrokerKind:
@@ -85,7 +120,9 @@ def launch_broker(
                 f"broker overrides {sorted(settings)} cannot apply to the existing cluster named by "
                 "KAFKA_BOOTSTRAP_SERVERS; unset it to let safeconsumer.testing start a broker with them"
             )
-        return Broker(os.environ["KAFKA_BOOTSTRAP_SERVERS"], "external")
+        external = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+        wait_ready(external, timeout=startup_timeout)
+        return Broker(external, "external")
     process: ContainerBroker | LocalBroker
     if kind == "container":
         process = ContainerBroker(settings)
@@ -98,6 +135,11 @@ def launch_broker(
     except Exception as exc:
         process.stop()
         raise BrokerStartError(f"could not start a {kind} Kafka broker: {exc}") from exc
+    try:
+        wait_ready(process.bootstrap_servers, timeout=startup_timeout)
+    except BrokerStartError:
+        process.stop()
+        raise
     pid = process.pid if isinstance(process, LocalBroker) else None
     return Broker(process.bootstrap_servers, kind, settings, process.log_path, pid, process)
 

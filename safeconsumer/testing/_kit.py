@@ -12,7 +12,14 @@ from typing import Any, Final, Literal, TypeVar
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions, NewTopic
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    retry_if_result,
+    stop_after_delay,
+    wait_exponential,
+    wait_random_exponential,
+)
 
 T = TypeVar("T")
 
@@ -187,13 +194,24 @@ class KafkaTestKit:
         self.wait_for_partitions(topic, total, timeout=timeout)
 
     def wait_for_partitions(self, topic: str, partitions: int, *, timeout: float = 30.0) -> None:
+        """Wait (tenacity: jittered backoff, a deadline) until ``topic`` has ``partitions`` led partitions."""
+
         def ready() -> bool:
             meta = self.admin.list_topics(topic, timeout=5).topics.get(topic)
             if meta is None or meta.error is not None:
                 return False
             return len(meta.partitions) >= partitions and all(p.leader >= 0 for p in meta.partitions.values())
 
-        wait_until(ready, timeout=timeout, what=f"topic {topic!r} with {partitions} partitions")
+        retrying = Retrying(
+            stop=stop_after_delay(timeout),
+            wait=wait_random_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_result(lambda ok: not ok) | retry_if_exception(_retriable_admin_error),
+            retry_error_callback=lambda _state: False,
+        )
+        if not retrying(ready):
+            raise WaitTimeout(
+                f"timed out after {timeout:.1f}s waiting for topic {topic!r} with {partitions} partitions"
+            )
 
     # -- records -------------------------------------------------------------------------
     def produce(

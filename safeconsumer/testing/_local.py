@@ -280,10 +280,10 @@ class LocalBroker:
         log4j = self.workdir / "log4j2.properties"
         return [_java(), *_JVM_OPTIONS, *extra, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{lib}/*"]
 
-    def restart(self) -> None:
-        """Stop the JVM and start it again on the same ports and data: clients see the broker,
-        and with it the group coordinator, go away and come back."""
-        self._stop_process()
+    def start_again(self) -> None:
+        """Start the JVM stopped by :meth:`stop_process` again, on the same ports and data."""
+        if self._proc is not None:
+            return
         self._launch(kafka_lib_dir(self.version), after=self._starts_logged())
 
     def _launch(self, lib: Path, *, after: int = 0) -> None:
@@ -340,11 +340,12 @@ class LocalBroker:
         return text
 
     def stop(self) -> None:
-        self._stop_process()
+        self.stop_process()
         # Keep the logs for post-mortems; the data can go.
         shutil.rmtree(self.workdir / "data", ignore_errors=True)
 
-    def _stop_process(self) -> None:
+    def stop_process(self) -> None:
+        """Stop the JVM, keeping its data and ports for :meth:`start_again`."""
         proc, self._proc = self._proc, None
         with _live_lock:
             _live.discard(self)
