@@ -11,7 +11,11 @@ consumer process's CPU time per record (user+system of this process, which inclu
 librdkafka's threads): wall-clock throughput on a small machine is dominated by fetch
 stalls of the shared broker, CPU per record shows what the wrapper itself costs.
 
-    python -m benchmarks.throughput [--records 1000000] [--rounds 5]
+    python -m benchmarks.throughput [--records 1000000] [--rounds 5] [--otel]
+
+``--otel`` adds a third contender: SafeConsumer with an OpenTelemetry SDK meter provider
+(an in-memory metric reader attached, so per-partition consumed counts are kept) and an SDK
+tracer provider.
 """
 
 from __future__ import annotations
@@ -52,11 +56,27 @@ def _read_all(make: Factory, conf: dict[str, object], topic: str, n: int, mode: 
         c.close()
 
 
+def _with_sdk(conf: dict[str, object]) -> Consumer:
+    """A SafeConsumer reporting to an OpenTelemetry SDK (metric reader attached, spans recorded)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    return SafeConsumer(
+        conf, meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]), tracer_provider=TracerProvider()
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--fetch-queue-backoff-ms", type=int, default=10)
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="also run SafeConsumer with an OpenTelemetry SDK meter provider (in-memory reader) and tracer provider",
+    )
     args = parser.parse_args()
     with start_broker() as broker:
         kit = KafkaTestKit(broker.bootstrap_servers, prefix="bench")
@@ -65,9 +85,11 @@ def main() -> None:
         kit.produce(topic, args.records, partitions=4, value_size=100)
         print(f"produced {args.records} x 100 B in {time.perf_counter() - started:.1f}s to {topic}", flush=True)
         order: list[tuple[str, Factory]] = [("raw", Consumer), ("safe", SafeConsumer)]
+        if args.otel:
+            order.append(("otel", _with_sdk))
         for mode in ("consume(500)", "poll()"):
-            rates: dict[str, list[float]] = {"raw": [], "safe": []}
-            cpus: dict[str, list[float]] = {"raw": [], "safe": []}
+            rates: dict[str, list[float]] = {name: [] for name, _ in order}
+            cpus: dict[str, list[float]] = {name: [] for name, _ in order}
             for r in range(args.rounds):
                 # Alternate which goes first, so neither always meets a warmer broker.
                 for name, make in order if r % 2 == 0 else order[::-1]:
@@ -84,15 +106,16 @@ def main() -> None:
                     rates[name].append(rate)
                     cpus[name].append(cpu)
                     print(f"  {mode:13} round {r + 1} {name:4}: {rate:>10,.0f} records/s  {cpu:5.2f} us CPU/record")
-            ratios = [s / r for s, r in zip(rates["safe"], rates["raw"], strict=True)]
-            print(
-                f"{mode:13} raw median {statistics.median(rates['raw']):>10,.0f}/s  "
-                f"safe median {statistics.median(rates['safe']):>10,.0f}/s  "
-                f"median ratio safe/raw {statistics.median(ratios):.2f}  "
-                f"CPU/record raw {statistics.median(cpus['raw']):.2f} us, "
-                f"safe {statistics.median(cpus['safe']):.2f} us",
-                flush=True,
-            )
+            for name, _ in order[1:]:
+                ratios = [s / r for s, r in zip(rates[name], rates["raw"], strict=True)]
+                print(
+                    f"{mode:13} raw median {statistics.median(rates['raw']):>10,.0f}/s  "
+                    f"{name} median {statistics.median(rates[name]):>10,.0f}/s  "
+                    f"median ratio {name}/raw {statistics.median(ratios):.2f}  "
+                    f"CPU/record raw {statistics.median(cpus['raw']):.2f} us, "
+                    f"{name} {statistics.median(cpus[name]):.2f} us",
+                    flush=True,
+                )
         kit.close()
 
 

@@ -109,9 +109,22 @@ _RETRIABLE_COMMIT = frozenset(
 )
 
 
+#: The member's generation changed: never retried, whatever librdkafka's retriable flag says.
+_FENCED_COMMIT = frozenset(
+    {
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.FENCED_MEMBER_EPOCH,
+        KafkaError.STALE_MEMBER_EPOCH,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.FENCED_INSTANCE_ID,
+    }
+)
+
+
 def is_retriable_commit_error(error: KafkaError | None) -> bool:
     """True when a failed synchronous commit may be tried again (coordinator moving or unreachable)."""
-    if error is None or error.fatal():
+    if error is None or error.fatal() or error.code() in _FENCED_COMMIT:
         return False
     return error.code() in _RETRIABLE_COMMIT or error.retriable()
 
