@@ -1,0 +1,77 @@
+"""safeconsumer.spark with a real local SparkSession (local[2]) against the real broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples.spark_pipeline import FileSink, processed, run_pipeline, spark_session
+from safeconsumer.spark import ConsumeTask, SparkConsumerFatalError, run_consumer_tasks
+from safeconsumer.testing import Broker, KafkaTestKit
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = spark_session(parallelism=2)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def test_n_records_in_exactly_n_processed_then_nothing_new(kafka: KafkaTestKit, spark: Any, tmp_path: Path) -> None:
+    n = 2000
+    topic = kafka.create_topic(partitions=4)
+    kafka.produce(topic, n, partitions=4)
+    group = kafka.name("g")
+    first = run_pipeline(spark, kafka.bootstrap_servers, topic, group, str(tmp_path), tasks=2)
+    rows = processed(str(tmp_path))
+    assert first.tasks == 2 and len(first.task_seconds) == 2
+    assert first.records == n == len(rows), f"{first.records} counted, {len(rows)} written, {n} produced"
+    assert len(set(rows)) == n, "a record was processed twice"
+    assert {(p, o) for _, p, o in rows} == {(p, o) for p in range(4) for o in range(n // 4)}
+    committed = kafka.committed(group, topic, 4)
+    assert committed == {p: n // 4 for p in range(4)}, "offsets were not committed up to the end"
+
+    second = run_pipeline(spark, kafka.bootstrap_servers, topic, group, str(tmp_path), tasks=2)
+    assert second.records == 0 and len(processed(str(tmp_path))) == n, "the second run processed records again"
+
+
+def test_bad_config_fails_on_the_driver_before_any_task(kafka: KafkaTestKit, spark: Any, tmp_path: Path) -> None:
+    sink = FileSink(str(tmp_path))
+    good = {"bootstrap.servers": kafka.bootstrap_servers, "group.id": kafka.name("g")}
+    with pytest.raises(ValueError, match=r"no\.such\.property"):
+        run_consumer_tasks(spark, ConsumeTask({**good, "no.such.property": "1"}, ["t"], sink), tasks=2)
+    with pytest.raises(ValueError, match=r"group\.id"):
+        run_consumer_tasks(spark, ConsumeTask({"bootstrap.servers": "x:1"}, ["t"], sink), tasks=2)
+    with pytest.raises(TypeError, match="topics"):
+        run_consumer_tasks(spark, ConsumeTask(good, "t", sink), tasks=2)
+    with pytest.raises(TypeError, match="sink"):
+        run_consumer_tasks(spark, ConsumeTask(good, ["t"], "not callable"), tasks=2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tasks"):
+        run_consumer_tasks(spark, ConsumeTask(good, ["t"], sink), tasks=0)
+    assert not list(tmp_path.iterdir()), "a task ran"
+
+
+def test_a_fatal_error_aborts_the_job_instead_of_being_retried(
+    kafka_broker_factory: Callable[[Mapping[str, str]], Broker], spark: Any, tmp_path: Path
+) -> None:
+    kit = KafkaTestKit(
+        kafka_broker_factory({"group.max.size": "1", "group.consumer.max.size": "1"}).bootstrap_servers,
+        prefix="spark-fatal",
+    )
+    try:
+        topic = kit.create_topic(partitions=2)
+        conf = {"bootstrap.servers": kit.bootstrap_servers, "group.id": kit.name("g"), "auto.offset.reset": "earliest"}
+        # Both tasks stay members for 12 s: the second to join finds the group full.
+        task = ConsumeTask(conf, [topic], sink=FileSink(str(tmp_path)), until_end=False, max_seconds=12)
+        with pytest.raises(SparkConsumerFatalError, match="GroupMaxSizeReachedError") as raised:
+            run_consumer_tasks(spark, task, tasks=2)
+        figures = raised.value.figures
+        assert figures is not None and figures.tasks == 2, "a task was retried or did not report"
+        assert len(figures.fatal) == 1
+    finally:
+        kit.close()
