@@ -1,0 +1,34 @@
+"""Every example runs against the real broker, so none can rot."""
+
+from __future__ import annotations
+
+from examples import backpressure, long_job, migrate, otel_wiring
+from safeconsumer.testing import KafkaTestKit
+
+
+def test_migrate(kafka: KafkaTestKit) -> None:
+    handled, committed = migrate.run(kafka.bootstrap_servers, records=500)
+    assert handled == 500
+    assert sum(committed.values()) == 500
+
+
+def test_backpressure(kafka: KafkaTestKit) -> None:
+    out = backpressure.run(kafka.bootstrap_servers, per_topic=200)
+    assert out.pauses >= 1, "the buffer never filled: backpressure was not exercised"
+    assert out.audit_while_paused == 0, "an audit record arrived while its topic was paused"
+    assert out.orders >= 200 and out.audit >= 200
+    assert out.max_buffer <= 50 + 64, "the pause did not bound the buffer"
+
+
+def test_long_job(kafka: KafkaTestKit) -> None:
+    out = long_job.run(kafka.bootstrap_servers, records=200)
+    assert out.report_seconds > long_job.MAX_POLL_MS / 1000 * 2
+    assert out.same_member and out.revocations == 0, "the member was evicted during the report"
+    assert out.records == 200
+
+
+def test_otel_wiring(kafka: KafkaTestKit) -> None:
+    out = otel_wiring.run(kafka.bootstrap_servers, records=100)
+    assert out.consumed == 100 == out.process_spans
+    assert out.rebalance_spans >= 1
+    assert "safeconsumer.rebalances" in out.metrics
