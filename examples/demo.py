@@ -1,9 +1,12 @@
-"""``make demo``: SafeConsumer on an embedded broker, in a few seconds.
+"""``make demo``: each incident the project was born from, raw confluent-kafka vs SafeConsumer.
 
-Starts a real Kafka broker (see ``safeconsumer.testing``), produces records to a
-4-partition topic, and consumes them through SafeConsumer while a second member
-joins and leaves, pausing a topic across those rebalances. Prints what happened
-and exits non-zero if anything was lost, duplicated or delivered while paused.
+Starts real Kafka brokers (see ``safeconsumer.testing``), runs every scenario twice - once with
+``confluent_kafka.Consumer``, once with ``SafeConsumer``, the same application code with the
+import changed - and prints a table of what each did, measured. Then runs the Spark pipeline
+example. Exits non-zero if SafeConsumer misbehaves in any row.
+
+Scenarios use the classic cooperative-sticky protocol (incremental rebalances, the common
+production choice); the test suite covers range and KIP-848 as well.
 """
 
 from __future__ import annotations
@@ -11,70 +14,278 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from safeconsumer import SafeConsumer
-from safeconsumer.testing import KafkaTestKit, start_broker
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from safeconsumer import FatalConsumerError, SafeConsumer
+from safeconsumer.testing import KafkaTestKit, Protocol, start_broker
+
+Make = Callable[..., Consumer]
+PROTOCOL: Protocol = "cooperative-sticky"
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def run(bootstrap: str) -> int:
-    kit = KafkaTestKit(bootstrap, prefix="demo")
-    topic = kit.create_topic(partitions=4)
-    group = kit.name("group")
-    kit.produce(topic, 1000, partitions=4)
-    _say(f"produced 1000 records to {topic} (4 partitions)")
+@dataclass
+class Row:
+    scenario: str
+    raw: str
+    safe: str
+    safe_ok: bool
 
-    seen: list[int] = []
-    leaked = 0
-    a = SafeConsumer(kit.consumer_conf(group, "cooperative-sticky"))
-    b = SafeConsumer(kit.consumer_conf(group, "cooperative-sticky"))
-    a.subscribe([topic])
-    a.pause_topics([topic])
-    _say("member A subscribed and paused the whole topic (topic-level pause)")
-    deadline = time.monotonic() + 60
-    while not a.assignment() and time.monotonic() < deadline:
-        leaked += a.poll(0.1) is not None
-    b.subscribe([topic])
-    _say("member B joined: the group rebalances while A is paused")
-    while time.monotonic() < deadline:
-        for c in (a, b):
+
+def _poll_for(members: list[Consumer], seconds: float, sink: Callable[[Consumer, Message], None]) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for c in members:
             m = c.poll(0.05)
             if m is not None and m.error() is None:
-                if c is a:
-                    leaked += 1
-                seen.append(int(m.value() or b"-1"))
-        if a.assignment() and b.assignment() and len(seen) >= 1 and len(b.assignment()) + len(a.assignment()) == 4:
-            break
-    _say(f"after the rebalance A owns {len(a.assignment())}, B owns {len(b.assignment())} partitions")
+                sink(c, m)
+
+
+def _poll_until(members: list[Consumer], cond: Callable[[], bool], seconds: float, sink: Any = None) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cond():
+            return True
+        for c in members:
+            m = c.poll(0.05)
+            if sink is not None and m is not None and m.error() is None:
+                sink(c, m)
+    return cond()
+
+
+def _keys(c: Consumer) -> set[tuple[str, int]]:
+    return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+
+# -- 1. topic pause across a rebalance --------------------------------------------------------
+def topic_pause_across_rebalance(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
+    """A pauses topic T while B owns half of it; B leaves. Does A receive records of T?"""
+    topic = kit.create_topic(partitions=4)
+    group = kit.name("g")
+    a, b = make(kit.consumer_conf(group, PROTOCOL)), make(kit.consumer_conf(group, PROTOCOL))
+    a.subscribe([topic])
+    b.subscribe([topic])
+    _poll_until([a, b], lambda: len(_keys(a)) == 2 == len(_keys(b)), 45)
+    if isinstance(a, SafeConsumer):
+        a.pause_topics([topic])
+    else:
+        a.pause(a.assignment())  # the only pause the raw client offers
     b.close()
-    _say(f"member B consumed {len(seen)} records and left; A gets its partitions back, still paused")
-    while len(a.assignment()) < 4 and time.monotonic() < deadline:
-        leaked += a.poll(0.1) is not None
-    _say(f"A paused: {len(a.paused())} partitions; records A received while paused: {leaked}")
-    a.resume_topics([topic])
-    _say("A resumed the topic")
-    while len(set(seen)) < 1000 and time.monotonic() < deadline:
-        m = a.poll(0.2)
-        if m is not None and m.error() is None:
-            seen.append(int(m.value() or b"-1"))
+    _poll_until([a], lambda: len(_keys(a)) == 4, 45)
+    kit.produce(topic, 400, partitions=4)
+    leaked = 0
+
+    def count(_c: Consumer, _m: Message) -> None:
+        nonlocal leaked
+        leaked += 1
+
+    _poll_for([a], 4.0, count)
     a.close()
-    kit.close()
-    lost = 1000 - len(set(seen))
-    duplicates = len(seen) - len(set(seen))
-    _say(f"result: {len(set(seen))}/1000 delivered, lost {lost}, duplicates {duplicates}, leaked while paused {leaked}")
-    return 0 if lost == 0 and leaked == 0 else 1
+    return f"{leaked} records of the paused topic delivered", leaked == 0
+
+
+# -- 2. stale pause after revoke and re-assign ---------------------------------------------------
+def stale_pause(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
+    """A pauses both partitions; B joins (takes M) and leaves; A resumes the one it kept. Is M consumed?"""
+    topic = kit.create_topic(partitions=2)
+    group = kit.name("g")
+    a = make(kit.consumer_conf(group, PROTOCOL))
+    a.subscribe([topic])
+    _poll_until([a], lambda: len(_keys(a)) == 2, 45)
+    a.pause(a.assignment())
+    b = make(kit.consumer_conf(group, PROTOCOL))
+    b.subscribe([topic])
+    _poll_until([a, b], lambda: len(_keys(a)) == 1 == len(_keys(b)), 45)
+    (moved,) = b.assignment()
+    (stayed,) = a.assignment()
+    b.close()
+    _poll_until([a], lambda: len(_keys(a)) == 2, 45)
+    # M left A and came back: its old pause should be gone. A resumes what it kept paused.
+    a.resume([TopicPartition(topic, stayed.partition)])
+    kit.produce(topic, 100, partitions=[moved.partition])
+    got = 0
+
+    def count(_c: Consumer, m: Message) -> None:
+        nonlocal got
+        got += m.partition() == moved.partition
+
+    _poll_until([a], lambda: got >= 100, 6.0, count)
+    a.close()
+    return f"{got}/100 records of the returned partition consumed", got == 100
+
+
+# -- 3. records of a paused partition around a rebalance ------------------------------------------
+def paused_records_after_rebalance(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
+    """A pauses P with records fetched; a peer joins and leaves. Does A return records of P?"""
+    topic = kit.create_topic(partitions=2)
+    kit.produce(topic, 2000, partitions=2)
+    group = kit.name("g")
+    a = make(kit.consumer_conf(group, PROTOCOL))
+    a.subscribe([topic])
+    first: list[Message] = []
+    _poll_until([a], lambda: bool(first), 45, lambda _c, m: first.append(m))
+    p = TopicPartition(topic, first[0].partition() or 0)
+    a.pause([p])
+    leaked = 0
+
+    def count(_c: Consumer, m: Message) -> None:
+        nonlocal leaked
+        leaked += m.partition() == p.partition
+
+    b = make(kit.consumer_conf(group, PROTOCOL))
+    b.subscribe([topic])
+    _poll_until([a, b], lambda: bool(_keys(b)), 45, lambda c, m: count(c, m) if c is a else None)
+    b.close()
+    _poll_for([a], 3.0, count)
+    a.close()
+    return f"{leaked} records of the paused partition returned", leaked == 0
+
+
+# -- 4. long processing vs max.poll.interval.ms ----------------------------------------------------
+def long_processing(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
+    """A works 10 s (3 x max.poll.interval.ms) on a record without polling; B keeps polling."""
+    topic = kit.create_topic(partitions=2)
+    kit.produce(topic, 200, partitions=2)
+    group = kit.name("g")
+    conf = kit.consumer_conf(group, PROTOCOL, max_poll_interval_ms=3000, session_timeout_ms=3000)
+    changes = 0
+
+    def on_change(_c: Any, partitions: list[TopicPartition]) -> None:
+        nonlocal changes
+        changes += bool(partitions)  # librdkafka may also call back with nothing to change
+
+    a, b = make(conf), make(conf)
+    a.subscribe([topic])
+    b.subscribe([topic], on_assign=on_change, on_revoke=on_change)
+    got: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
+
+    def sink(c: Consumer, m: Message) -> None:
+        got["a" if c is a else "b"].append((m.partition() or 0, m.offset() or 0))
+
+    _poll_until([a, b], lambda: bool(_keys(a)) and bool(_keys(b)), 45, sink)
+    _poll_until([a, b], lambda: len(got["a"]) + len(got["b"]) >= 200, 30, sink)
+    _poll_for([a, b], 1.0, sink)  # let the group settle
+    changes = 0
+    kit.produce(topic, 200, partitions=2)
+    before = len(got["a"])
+    _poll_until([a], lambda: len(got["a"]) > before, 10, sink)
+    # The long work: A does not poll for 10 s (it waits here on its "work"); B polls throughout.
+    _poll_for([b], 10.0, sink)
+    evicted = False
+    try:
+        m = a.poll(1.0)
+        evicted = m is not None and m.error() is not None and m.error().code() == KafkaError._MAX_POLL_EXCEEDED  # type: ignore[union-attr]
+    except KafkaException:
+        evicted = True
+    _poll_for([a, b], 3.0, sink)
+    total = len(got["a"]) + len(got["b"])
+    redone = total - len(set(got["a"] + got["b"]))
+    callbacks = changes  # before close(), whose own revocations are not evictions
+    evicted = evicted or callbacks > 0
+    a.close()
+    b.close()
+    what = "evicted" if evicted else "stayed in the group"
+    return f"{what}; {callbacks} rebalance callbacks at the peer; {redone} records redone", not evicted
+
+
+# -- 5. GROUP_MAX_SIZE_REACHED -----------------------------------------------------------------------
+def group_full(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
+    """A third member joins a group at group.max.size=2. How long until it fails?"""
+    topic = kit.create_topic(partitions=3)
+    group = kit.name("g")
+    members = [make(kit.consumer_conf(group, PROTOCOL)) for _ in range(2)]
+    for m in members:
+        m.subscribe([topic])
+    _poll_until(members, lambda: all(_keys(m) for m in members), 45)
+    third = make(kit.consumer_conf(group, PROTOCOL))
+    third.subscribe([topic])
+    started = time.monotonic()
+    errors = 0
+    failed_after: float | None = None
+    while time.monotonic() - started < 10 and failed_after is None:
+        for m in members:
+            m.poll(0.02)
+        try:
+            msg = third.poll(0.1)
+            if msg is not None and msg.error() is not None:
+                errors += 1
+        except FatalConsumerError:
+            failed_after = time.monotonic() - started
+    for m in [*members, third]:
+        m.close()
+    if failed_after is None:
+        return f"still retrying after 10 s ({errors} error events)", False
+    return f"failed with GroupMaxSizeReachedError after {failed_after:.1f} s", True
+
+
+SCENARIOS: list[tuple[str, Callable[[KafkaTestKit, Make], tuple[str, bool]]]] = [
+    ("topic paused, then a rebalance", topic_pause_across_rebalance),
+    ("stale pause after revoke/re-assign", stale_pause),
+    ("paused partition's records after rebalance", paused_records_after_rebalance),
+    ("processing > max.poll.interval.ms", long_processing),
+]
+
+
+def _table(rows: list[Row]) -> str:
+    cells = [("scenario", "raw confluent_kafka.Consumer", "SafeConsumer", "")]
+    cells += [(r.scenario, r.raw, r.safe, "ok" if r.safe_ok else "FAIL") for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(4)]
+
+    def line(row: tuple[str, str, str, str]) -> str:
+        return "| " + " | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) + " |"
+
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(cells[0]), sep, *(line(c) for c in cells[1:])])
+
+
+def run(bootstrap: str, full_group_bootstrap: str) -> list[Row]:
+    rows: list[Row] = []
+    kit = KafkaTestKit(bootstrap, prefix="demo")
+    full = KafkaTestKit(full_group_bootstrap, prefix="demo-full")
+    try:
+        for title, scenario in [*SCENARIOS, ("GROUP_MAX_SIZE_REACHED", group_full)]:
+            target = full if scenario is group_full else kit
+            _say(f"- {title}: raw confluent_kafka.Consumer ...")
+            raw, _ = scenario(target, Consumer)
+            _say(f"    {raw}")
+            _say(f"- {title}: SafeConsumer ...")
+            safe, ok = scenario(target, SafeConsumer)
+            _say(f"    {safe}")
+            rows.append(Row(title, raw, safe, ok))
+    finally:
+        kit.close()
+        full.close()
+    return rows
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    _say("starting an embedded Kafka broker (the first run resolves its jars from Maven Central)...")
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    _say("starting two embedded Kafka brokers (the second with group.max.size=2); the first run resolves jars ...")
     started = time.monotonic()
-    with start_broker() as broker:
-        _say(f"broker ({broker.kind}) ready at {broker.bootstrap_servers} in {time.monotonic() - started:.1f}s")
-        return run(broker.bootstrap_servers)
+    limits = {"group.max.size": "2", "group.consumer.max.size": "2"}
+    with start_broker() as broker, start_broker(limits) as small:
+        _say(f"brokers ready in {time.monotonic() - started:.1f}s; each scenario runs raw, then with SafeConsumer")
+        rows = run(broker.bootstrap_servers, small.bootstrap_servers)
+    _say("")
+    _say(_table(rows))
+    _say("")
+    from examples import spark_pipeline
+
+    _say("Spark: two foreachPartition tasks as group members (safeconsumer.spark) ...")
+    spark_status = spark_pipeline.main()
+    bad = [r.scenario for r in rows if not r.safe_ok]
+    if bad or spark_status:
+        _say(f"SafeConsumer misbehaved: {bad or 'spark pipeline'}")
+        return 1
+    _say("SafeConsumer held in every row.")
+    return 0
 
 
 if __name__ == "__main__":

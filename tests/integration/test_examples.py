@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from examples import backpressure, long_job, migrate, otel_wiring
-from safeconsumer.testing import KafkaTestKit
+from collections.abc import Callable, Mapping
+
+from examples import backpressure, demo, long_job, migrate, otel_wiring
+from safeconsumer.testing import Broker, KafkaTestKit
 
 
 def test_migrate(kafka: KafkaTestKit) -> None:
@@ -32,3 +34,12 @@ def test_otel_wiring(kafka: KafkaTestKit) -> None:
     assert out.consumed == 100 == out.process_spans
     assert out.rebalance_spans >= 1
     assert "safeconsumer.rebalances" in out.metrics
+
+
+def test_demo_rows_hold_for_safeconsumer(
+    kafka: KafkaTestKit, kafka_broker_factory: Callable[[Mapping[str, str]], Broker]
+) -> None:
+    full = kafka_broker_factory({"group.max.size": "2", "group.consumer.max.size": "2"})
+    rows = demo.run(kafka.bootstrap_servers, full.bootstrap_servers)
+    assert [r.scenario for r in rows if not r.safe_ok] == [], demo._table(rows)
+    assert len(rows) == 5
