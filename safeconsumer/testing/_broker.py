@@ -12,10 +12,10 @@ from typing import Literal, Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_random_exponential
 
 from ._container import ContainerBroker, docker_engine_available
 from ._errors import BrokerOverridesUnsupported, BrokerRestartUnsupported, BrokerStartError
+from ._kit import retry_until
 from ._local import KAFKA_VERSION, LocalBroker
 
 logger = logging.getLogger(__name__)
@@ -86,13 +86,9 @@ def wait_ready(bootstrap_servers: str, *, timeout: float) -> None:
         admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.connection.setup.timeout.ms": 5000})
         return bool(admin.list_topics(timeout=5).brokers)
 
-    retrying = Retrying(
-        stop=stop_after_delay(timeout),
-        wait=wait_random_exponential(multiplier=0.1, max=2.0),
-        retry=retry_if_result(lambda ok: not ok) | retry_if_exception_type(KafkaException),
-        retry_error_callback=lambda _state: False,
-    )
-    if not retrying(answer):
+    if not retry_until(
+        answer, timeout=timeout, retry_on=lambda exc: isinstance(exc, KafkaException), first=0.1, cap=2.0
+    ):
         raise BrokerStartError(f"no Kafka broker answered at {bootstrap_servers} within {timeout:.0f}s")
 
 

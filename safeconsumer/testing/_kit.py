@@ -99,6 +99,26 @@ class GroupSnapshot:
         return {m.member_id: m.assignment for m in self.members}
 
 
+def retry_until(
+    check: Callable[[], bool],
+    *,
+    timeout: float,
+    retry_on: Callable[[BaseException], bool],
+    first: float = 0.05,
+    cap: float = 1.0,
+) -> bool:
+    """Call ``check`` until it returns True (tenacity: jittered exponential backoff from ``first``
+    up to ``cap`` seconds); False once ``timeout`` passed. An exception ``retry_on`` accepts
+    counts as "not yet"; any other propagates."""
+    retrying = Retrying(
+        stop=stop_after_delay(timeout),
+        wait=wait_random_exponential(multiplier=first, max=cap),
+        retry=retry_if_result(lambda ok: not ok) | retry_if_exception(retry_on),
+        retry_error_callback=lambda _state: False,
+    )
+    return bool(retrying(check))
+
+
 def _retriable_admin_error(exc: BaseException) -> bool:
     if isinstance(exc, KafkaException):
         err = exc.args[0] if exc.args else None
@@ -202,13 +222,7 @@ class KafkaTestKit:
                 return False
             return len(meta.partitions) >= partitions and all(p.leader >= 0 for p in meta.partitions.values())
 
-        retrying = Retrying(
-            stop=stop_after_delay(timeout),
-            wait=wait_random_exponential(multiplier=0.05, max=1.0),
-            retry=retry_if_result(lambda ok: not ok) | retry_if_exception(_retriable_admin_error),
-            retry_error_callback=lambda _state: False,
-        )
-        if not retrying(ready):
+        if not retry_until(ready, timeout=timeout, retry_on=_retriable_admin_error):
             raise WaitTimeout(
                 f"timed out after {timeout:.1f}s waiting for topic {topic!r} with {partitions} partitions"
             )
