@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from safeconsumer.testing import Broker, BrokerOverridesUnsupported, KafkaTestKit, start_broker, wait_until
+from safeconsumer.testing import (
+    Broker,
+    BrokerOverridesUnsupported,
+    BrokerStartError,
+    KafkaTestKit,
+    start_broker,
+    wait_until,
+)
 
 
 def _alive(pid: int) -> bool:
@@ -36,15 +43,21 @@ def test_overrides_apply_to_a_started_broker(kafka_broker_factory: Callable[[Map
     kit.close()
 
 
-def test_overrides_cannot_apply_to_an_external_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+def test_overrides_cannot_apply_to_an_external_cluster(monkeypatch: pytest.MonkeyPatch, kafka_broker: Broker) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_broker.bootstrap_servers)
     with (
         pytest.raises(BrokerOverridesUnsupported, match=r"group\.max\.size.*KAFKA_BOOTSTRAP_SERVERS"),
         start_broker({"group.max.size": "2"}),
     ):
         pass
     with start_broker() as broker:
-        assert broker.kind == "external" and broker.bootstrap_servers == "127.0.0.1:1"
+        assert broker.kind == "external" and broker.bootstrap_servers == kafka_broker.bootstrap_servers
+
+
+def test_an_external_cluster_that_never_answers_fails_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    with pytest.raises(BrokerStartError, match=r"127\.0\.0\.1:1"), start_broker(startup_timeout=3):
+        pass
 
 
 def test_module_runs_a_broker_in_the_foreground_and_leaves_no_jvm(kafka_broker: Broker) -> None:
