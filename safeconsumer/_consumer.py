@@ -443,6 +443,9 @@ class SafeConsumer(Consumer):
         keys = _partition_keys(partitions, "assign")
         with self._lock:
             self._gate.flush(force=True)
+            # Records read ahead of a partition assigned again are from its old position:
+            # librdkafka restarts the fetch, so delivering them would repeat or reorder.
+            self._gate.purge(set(keys) & self._gate.owned, "seek")
             super().assign(partitions)
             self._rebalance.note_assign_call()
             self._rebalance.assigned(keys, replace=True)

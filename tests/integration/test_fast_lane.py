@@ -138,3 +138,20 @@ def _assert_each_once_in_order(got: Received, topic: str, partitions: int, n: in
     for p in range(partitions):
         offsets = [r[2] for r in got.records if r[0] == topic and r[1] == p]
         assert offsets == list(range(len(offsets))), f"partition {p}: a record lost, repeated or out of order"
+
+
+def test_assigning_an_owned_partition_again_restarts_it_in_order(kafka: KafkaTestKit) -> None:
+    """Records read ahead before assign() with an explicit offset must not be delivered after it."""
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce(topic, 300, partitions=1)
+    c = SafeConsumer(kafka.consumer_conf(kafka.name("g"), enable_auto_commit=False))
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        got = Received()
+        pump([(c, got)], lambda: len(got.records) >= 10, timeout=30, what="10 records")
+        c.assign([TopicPartition(topic, 0, 0)])  # back to the start
+        again = Received()
+        pump([(c, again)], lambda: len(again.records) >= 300, timeout=30, what="all records again")
+        assert [r[2] for r in again.records] == list(range(300)), "read-ahead records survived the re-assign"
+    finally:
+        c.close()
