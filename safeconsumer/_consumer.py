@@ -621,29 +621,32 @@ class SafeConsumer(Consumer):
         if offsets is not None:
             _partition_keys(offsets, "commit")
         if asynchronous or self._commit_retry is None:
-            return self._commit_once(offsets, asynchronous=asynchronous)
-        # Synchronous: retried on coordinator errors; _commit_once checks ownership every time.
+            with self._lock:
+                return self._commit_once(self._committable(offsets), asynchronous=asynchronous)
+        # Synchronous: retried on coordinator errors. Ownership is checked before every attempt,
+        # and what was dropped stays dropped: a partition that moved is never retried.
         result: list[TopicPartition] | None = None
-        pending = offsets
         for attempt in self._commit_retry.retrying():
             with attempt, self._lock:
-                if pending is not None:
-                    pending = self._owned_offsets("commit", pending)  # a partition that moved is not retried
-                result = self._commit_once(pending, asynchronous=False)
+                offsets = self._committable(offsets)
+                result = self._commit_once(offsets, asynchronous=False)
         return result
 
+    def _committable(self, offsets: list[TopicPartition] | None) -> list[TopicPartition] | None:
+        """The offsets of partitions owned now (None: the stored offsets). Call with the lock held."""
+        if self._state is _State.CLOSED:
+            raise self._closed("commit")
+        return None if offsets is None else self._owned_offsets("commit", offsets)
+
     def _commit_once(self, offsets: list[TopicPartition] | None, *, asynchronous: bool) -> list[TopicPartition] | None:
-        with self._lock:
-            if self._state is _State.CLOSED:
-                raise self._closed("commit")
-            if offsets is not None:
-                offsets = self._owned_offsets("commit", offsets)
-                if not offsets:
-                    return None if asynchronous else []
-                # confluent_kafka's stub spells asynchronous as a Literal per overload.
-                return super().commit(offsets=offsets, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
+        """One commit of ``offsets`` (already filtered by :meth:`_committable`), lock held."""
+        if offsets is None:
             self._gate.flush(force=True)
             return super().commit(asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
+        if not offsets:
+            return None if asynchronous else []
+        # confluent_kafka's stub spells asynchronous as a Literal per overload.
+        return super().commit(offsets=offsets, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
 
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         if self._state is _State.CLOSED:

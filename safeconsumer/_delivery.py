@@ -181,16 +181,9 @@ class DeliveryGate:
         first, goes in; otherwise the caller reads it through :meth:`admit`. The records
         count as delivered from here; :meth:`unlane` takes back those not yet handed out.
         """
-        if any(map(_error, msgs)) or self._maybe_releasable:
+        if self._maybe_releasable or not self._deliverable(msgs, unchanged=unchanged):
             return None
-        if not unchanged or self.paused:
-            partitions = set(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
-            if not (self.owned.issuperset(partitions) and self.paused.isdisjoint(partitions)):
-                return None
-        self.delivered += len(msgs)
-        if self.consumed is not None:
-            self.consumed.update(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
-        self._dirty = True
+        self._count_delivered(msgs)
         records = iter(msgs)
         first = next(records)
         self.lane.extend(records)
@@ -237,23 +230,32 @@ class DeliveryGate:
         queues), so with nothing paused either, every record may go out; only error events
         need a look (one C-level pass).
         """
-        if unchanged and not self.paused and not any(map(_error, msgs)):
-            return self._deliver_all(msgs)
-        # Otherwise checked per partition rather than per record: the distinct partitions come
-        # from C-level map/zip loops. When all are owned and none is paused, and no error event
-        # is among them, the whole batch may go out as it is.
-        partitions = set(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
-        if self.owned.issuperset(partitions) and self.paused.isdisjoint(partitions) and not any(map(_error, msgs)):
-            return self._deliver_all(msgs)
+        if self._deliverable(msgs, unchanged=unchanged):
+            self._count_delivered(msgs)
+            self.flush()
+            return msgs
         return self._admit_each(msgs)
 
-    def _deliver_all(self, msgs: list[Message]) -> list[Message]:
+    def _deliverable(self, msgs: list[Message], *, unchanged: bool) -> bool:
+        """Whether every record of the batch may go out now, checked with C-level passes only.
+
+        No error event may be among them. Then, if the assignment stood still and nothing is
+        paused, that is all; otherwise the batch's distinct partitions (from C-level map/zip
+        loops) must all be owned and none paused.
+        """
+        if any(map(_error, msgs)):
+            return False
+        if unchanged and not self.paused:
+            return True
+        partitions = set(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
+        return self.owned.issuperset(partitions) and self.paused.isdisjoint(partitions)
+
+    def _count_delivered(self, msgs: list[Message]) -> None:
+        """Count records handed out (or admitted to the lane), per partition when telemetry records."""
         self.delivered += len(msgs)
         if self.consumed is not None:
             self.consumed.update(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
         self._dirty = True
-        self.flush()
-        return msgs
 
     def _admit_each(self, msgs: list[Message]) -> list[Message]:
         owned, paused = self.owned, self.paused
@@ -277,10 +279,7 @@ class DeliveryGate:
             self.purged["unowned"] += unowned
             logger.warning("dropped %d record(s) of unowned partitions", unowned)
         if len(out) > errors:
-            self.delivered += len(out) - errors
-            if self.consumed is not None:
-                self.consumed.update((m.topic(), m.partition()) for m in out if m.error() is None)
-            self._dirty = True
+            self._count_delivered([m for m in out if m.error() is None] if errors else out)
             self.flush()
         return out
 
@@ -309,10 +308,7 @@ class DeliveryGate:
             self._maybe_releasable = False
         if out:
             self.released += len(out)
-            self.delivered += len(out)
-            if self.consumed is not None:
-                self.consumed.update(zip(map(_topic, out), map(_partition, out), strict=True))
-            self._dirty = True
+            self._count_delivered(out)
         return out
 
     def first_undelivered(self, key: Key) -> int | None:

@@ -198,7 +198,7 @@ class RebalanceHandler:
             self._limbo |= gone & self._ledger.partitions
         else:
             self._ledger.unmark_partitions(gone)
-        self._set_paused(frozenset(self.owned) if self.parked else None)
+        self._tell_gate(*self._paused_sets())
 
     def sync(self, fresh: Iterable[Key] = ()) -> None:
         """Make librdkafka's pause flags equal the effective set of the current assignment.
@@ -208,11 +208,10 @@ class RebalanceHandler:
         alone: every partition is resumed inside librdkafka as it leaves (``left``), so
         none carries a stale flag, and a needless resume would restart its fetch.
         """
-        intent = self._ledger.effective(self.owned)
-        effective = frozenset(self.owned) if self.parked else intent
+        intent, effective = self._paused_sets()
         if self._in_assign_callback and not self._assign_called:
             # librdkafka has not been given the assignment yet; on_assign syncs once it has.
-            self._set_paused(effective, intent)
+            self._tell_gate(intent, effective)
             return
         to_pause = (effective - self._applied) | (effective & set(fresh))
         to_resume = self._applied - effective
@@ -221,14 +220,16 @@ class RebalanceHandler:
         if to_resume:
             self._resume_raw(to_resume)
         self._applied = set(effective)
-        self._set_paused(effective, intent)
+        self._tell_gate(intent, effective)
 
-    def _set_paused(self, effective: frozenset[Key] | None, intent: frozenset[Key] | None = None) -> None:
-        """Tell the gate what is paused now (parked or by intent) and how much of it is intent."""
-        if intent is None:
-            intent = self._ledger.effective(self.owned)
+    def _paused_sets(self) -> tuple[frozenset[Key], frozenset[Key]]:
+        """(the user's effective paused set, what is paused: every owned partition while parked)."""
+        intent = self._ledger.effective(self.owned)
+        return intent, frozenset(self.owned) if self.parked else intent
+
+    def _tell_gate(self, intent: frozenset[Key], effective: frozenset[Key]) -> None:
         self._gate.intent_paused = len(intent)
-        self._gate.set_paused(intent if effective is None else effective)
+        self._gate.set_paused(effective)
 
     def set_parked(self, parked: bool) -> None:
         """Park (keepalive) or un-park: the user's intent is untouched, librdkafka follows both."""

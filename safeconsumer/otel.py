@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from confluent_kafka import Message
@@ -119,13 +119,13 @@ class Telemetry:
         )
         meter.create_observable_gauge(
             "safeconsumer.partitions.paused",
-            callbacks=[self._observe_paused],
+            callbacks=[self._observe("intent_paused")],
             unit="{partition}",
             description="Partitions of the assignment effectively paused by the application's intent.",
         )
         meter.create_observable_counter(
             "safeconsumer.records.withheld",
-            callbacks=[self._observe_withheld],
+            callbacks=[self._observe("withheld")],
             unit="{record}",
             description="Records kept back because their partition was paused when they arrived.",
         )
@@ -137,7 +137,7 @@ class Telemetry:
         )
         meter.create_observable_counter(
             "safeconsumer.offsets.dropped",
-            callbacks=[self._observe_dropped],
+            callbacks=[self._observe("offsets_dropped")],
             unit="{offset}",
             description="Offsets of partitions not owned, refused by commit() or store_offsets().",
         )
@@ -173,23 +173,20 @@ class Telemetry:
             for (t, p), n in counts.items()
         ]
 
-    def _observe_paused(self, _options: CallbackOptions) -> Iterable[Observation]:
-        gate = self._live_gate()
-        return [Observation(gate.intent_paused, self.base)] if gate is not None else []
+    def _observe(self, counter: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        """A callback observing the gate's integer attribute ``counter``."""
 
-    def _observe_withheld(self, _options: CallbackOptions) -> Iterable[Observation]:
-        gate = self._live_gate()
-        return [Observation(gate.withheld, self.base)] if gate is not None else []
+        def callback(_options: CallbackOptions) -> Iterable[Observation]:
+            gate = self._live_gate()
+            return [Observation(getattr(gate, counter), self.base)] if gate is not None else []
+
+        return callback
 
     def _observe_purged(self, _options: CallbackOptions) -> Iterable[Observation]:
         gate = self._live_gate()
         if gate is None:
             return []
         return [Observation(n, {**self.base, "safeconsumer.purge.reason": r}) for r, n in dict(gate.purged).items()]
-
-    def _observe_dropped(self, _options: CallbackOptions) -> Iterable[Observation]:
-        gate = self._live_gate()
-        return [Observation(gate.offsets_dropped, self.base)] if gate is not None else []
 
     # -- events ----------------------------------------------------------------------------
     @contextlib.contextmanager

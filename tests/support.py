@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message
 
-from safeconsumer.testing import wait_until
+from safeconsumer import FatalConsumerError, SafeConsumer
+from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 
 @dataclass
@@ -72,8 +73,6 @@ def keys(tps: Iterable[object]) -> set[tuple[str, int]]:
 
 def checked_poll(consumer: object, received: Received, timeout: float = 0.05) -> None:
     """Poll a SafeConsumer and check I1 and I2 at the moment the record is returned."""
-    from safeconsumer import SafeConsumer
-
     assert isinstance(consumer, SafeConsumer)
     msg = consumer.poll(timeout)
     if msg is not None and msg.error() is None:
@@ -92,3 +91,35 @@ def checked_pump(
 
 def checked_pump_for(members: Sequence[tuple[Consumer, Received]], seconds: float) -> None:
     pump_for(members, seconds, check=True)
+
+
+def full_group(kafka: KafkaTestKit, protocol: Protocol) -> tuple[str, str, list[tuple[SafeConsumer, Received]]]:
+    """Two SafeConsumers sharing a 4-partition topic in a new group: (topic, group, members).
+
+    On a broker with ``group.max.size`` (and ``group.consumer.max.size``) 2, the group is full.
+    """
+    topic = kafka.create_topic(partitions=4)
+    group = kafka.name("g")
+    members = []
+    for _ in range(2):
+        c = SafeConsumer(kafka.consumer_conf(group, protocol))
+        c.subscribe([topic])
+        members.append((c, Received()))
+    pump(members, lambda: all(len(c.assignment()) == 2 for c, _ in members), timeout=45, what="two members")
+    return topic, group, members
+
+
+def fatal_error_of(third: SafeConsumer, members: Sequence[tuple[Consumer, Received]], *, timeout: float) -> Exception:
+    """Poll ``third`` (and keep ``members`` polling) until it raises a FatalConsumerError; return it."""
+    raised: list[FatalConsumerError] = []
+
+    def step() -> None:
+        poll_each(members)
+        if not raised:
+            try:
+                third.poll(0.1)
+            except FatalConsumerError as exc:
+                raised.append(exc)
+
+    wait_until(lambda: raised, timeout=timeout, what="a fatal consumer error", step=step)
+    return raised[0]

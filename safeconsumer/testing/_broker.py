@@ -72,11 +72,6 @@ class Broker:
             wait_ready(self.bootstrap_servers, timeout=process.startup_timeout)
             object.__setattr__(self, "pid", process.pid)
 
-    def restart(self) -> None:
-        """Stop the broker and start it again at once: :meth:`down` with an empty block."""
-        with self.down():
-            pass
-
 
 def wait_ready(bootstrap_servers: str, *, timeout: float) -> None:
     """Wait until the cluster answers a metadata request with a live broker (tenacity: jittered

@@ -12,4 +12,4 @@ class BrokerOverridesUnsupported(ValueError):
 
 
 class BrokerRestartUnsupported(RuntimeError):
-    """restart() was asked of a broker this process did not start from local jars."""
+    """down() was asked of a broker this process did not start from local jars."""

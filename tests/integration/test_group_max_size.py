@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from safeconsumer import EXIT_GROUP_MAX_SIZE, FatalConsumerError, GroupMaxSizeReachedError, SafeConsumer
+from safeconsumer import EXIT_GROUP_MAX_SIZE, GroupMaxSizeReachedError, SafeConsumer
 from safeconsumer.testing import Broker, KafkaTestKit, Protocol, wait_until
 
-from ..support import Received, poll_each, pump
+from ..support import fatal_error_of, full_group, poll_each
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = {"group.max.size": "2", "group.consumer.max.size": "2"}
@@ -26,36 +26,13 @@ def full_group_kafka(kafka_broker_factory: Callable[[Mapping[str, str]], Broker]
     kit.close()
 
 
-def _two_members(kafka: KafkaTestKit, protocol: Protocol) -> tuple[str, str, list[tuple[SafeConsumer, Received]]]:
-    topic = kafka.create_topic(partitions=4)
-    group = kafka.name("g")
-    members = []
-    for _ in range(2):
-        c = SafeConsumer(kafka.consumer_conf(group, protocol))
-        c.subscribe([topic])
-        members.append((c, Received()))
-    pump(members, lambda: all(len(c.assignment()) == 2 for c, _ in members), timeout=45, what="two members")
-    return topic, group, members
-
-
 def test_third_member_fails_fast_and_stops_joining(full_group_kafka: KafkaTestKit, protocol: Protocol) -> None:
     kafka = full_group_kafka
-    topic, group, members = _two_members(kafka, protocol)
+    topic, group, members = full_group(kafka, protocol)
     third = SafeConsumer(kafka.consumer_conf(group, protocol))
     third.subscribe([topic])
-    raised: list[BaseException] = []
-
-    def poll_all() -> None:
-        poll_each(members)
-        if not raised:
-            try:
-                third.poll(0.1)
-            except FatalConsumerError as exc:
-                raised.append(exc)
-
     started = time.monotonic()
-    wait_until(lambda: raised, timeout=15, what="GroupMaxSizeReachedError", step=poll_all)
-    err = raised[0]
+    err = fatal_error_of(third, members, timeout=15)
     assert isinstance(err, GroupMaxSizeReachedError), err
     assert err.group_id == group and err.kafka_error is not None
     assert isinstance(err.__cause__, Exception)
@@ -71,7 +48,7 @@ def test_third_member_fails_fast_and_stops_joining(full_group_kafka: KafkaTestKi
     kafka.produce(topic, 200, partitions=4)
     end = time.monotonic() + 20
     while time.monotonic() < end:
-        poll_all()
+        poll_each(members)  # the stopped third member is not polled again
         now = kafka.describe_group(group)
         assert now.member_ids == before.member_ids and now.assignment == before.assignment, "the group rebalanced"
     assert sum(len(r.records) for _, r in members) == 200, "the two members stopped consuming"
@@ -82,7 +59,7 @@ def test_third_member_fails_fast_and_stops_joining(full_group_kafka: KafkaTestKi
 @pytest.mark.parametrize("where", ["poll", "keepalive"])
 def test_exit_policy_ends_the_process(full_group_kafka: KafkaTestKit, protocol: Protocol, where: str) -> None:
     kafka = full_group_kafka
-    topic, group, members = _two_members(kafka, protocol)
+    topic, group, members = full_group(kafka, protocol)
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.integration.fatal_proc", kafka.bootstrap_servers, topic, group, protocol, where],
         cwd=ROOT,

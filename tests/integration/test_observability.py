@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanKind
 from safeconsumer import CommitRetry, GroupMaxSizeReachedError, SafeConsumer
 from safeconsumer.testing import Broker, KafkaTestKit, Protocol, launch_broker, wait_until
 
-from ..support import Received, poll_each, pump
+from ..support import Received, fatal_error_of, full_group, pump
 
 PAYLOAD = b"PAYLOAD-do-not-export-5c1e"
 KEY = b"KEY-do-not-export-77aa"
@@ -234,25 +234,10 @@ def test_a_fatal_error_is_counted_with_its_type(
 ) -> None:
     kafka = KafkaTestKit(kafka_broker_factory(LIMITS).bootstrap_servers, prefix="otel-fatal")
     try:
-        topic = kafka.create_topic(partitions=4)
-        group = kafka.name("g")
-        members = [(SafeConsumer(kafka.consumer_conf(group, protocol)), Received()) for _ in range(2)]
-        for m, _ in members:
-            m.subscribe([topic])
-        pump(members, lambda: all(len(m.assignment()) == 2 for m, _ in members), timeout=45, what="two members")
+        topic, group, members = full_group(kafka, protocol)
         third = SafeConsumer(kafka.consumer_conf(group, protocol), **otel.options())
         third.subscribe([topic])
-        raised: list[BaseException] = []
-
-        def step() -> None:
-            poll_each(members)
-            if not raised:
-                try:
-                    third.poll(0.1)
-                except GroupMaxSizeReachedError as exc:
-                    raised.append(exc)
-
-        wait_until(lambda: raised, timeout=15, what="GroupMaxSizeReachedError", step=step)
+        assert isinstance(fatal_error_of(third, members, timeout=15), GroupMaxSizeReachedError)
         points = otel.points("safeconsumer.fatal_errors")
         assert len(points) == 1 and points[0][1].value == 1
         assert points[0][0]["error.type"] in ("GROUP_MAX_SIZE_REACHED", "_FATAL")
