@@ -106,7 +106,7 @@ class DeliveryGate:
         #: emptied back into ``ahead`` (``unlane``) before anything changes what is deliverable.
         self.lane: deque[Message] = deque()
         self._maybe_releasable = False
-        #: Something was delivered since the last offset store.
+        #: Something was delivered since the last offset store (or may be: the lane is not empty).
         self._dirty = False
         self._unflushed = 0
         #: Partitions rewound by seek(): their position is the seek target until a record is delivered.
@@ -344,7 +344,9 @@ class DeliveryGate:
         if not force and now - self._last_flush < self.flush_interval:
             return
         self._last_flush = now
-        self._dirty = False
+        # Records still in the lane are handed out later without the gate: the offsets stored
+        # now will be behind them, so the next flush must store again.
+        self._dirty = bool(self.lane)
         owned = sorted(self.owned)
         if not owned:
             return

@@ -154,3 +154,15 @@ def test_a_purge_empties_the_lane_first() -> None:
     assert not gate.lane
     assert [(m.partition(), m.offset()) for m in gate.ahead] == [(1, 1)]
     assert gate.stats().purged_revoked == 1 and gate.stats().delivered == 1
+
+
+def test_records_popped_from_the_lane_after_a_store_are_stored_by_the_next_flush() -> None:
+    store = _Store()
+    gate = _gate(store, {("a", 0)})
+    gate.fill_lane([store.msg("a", 0, o) for o in range(3)], unchanged=True)
+    gate.flush(force=True)
+    assert store.calls[-1] == [("a", 0, 1)]
+    gate.lane.popleft()  # what poll() does without the lock, and without the gate
+    gate.lane.popleft()
+    gate.flush(force=True)  # a commit, a revocation, close: everything handed out must be stored
+    assert store.calls[-1] == [("a", 0, 3)], "records handed out from the lane were not stored"
