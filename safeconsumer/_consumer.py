@@ -1,12 +1,19 @@
-"""SafeConsumer: the drop-in facade. It wires the parts and holds no policy of its own.
+"""SafeConsumer: the drop-in facade. It validates arguments, guards state and delegates.
 
-- :mod:`._pause` keeps pause intent;
-- :mod:`._rebalance` owns assignment state and makes librdkafka's flags follow intent;
-- :mod:`._delivery` is the gate every record passes on its way out.
+Each public method checks its arguments (raising what confluent_kafka raises), checks the
+consumer's state (open, closing, closed, failed), takes the client lock, and hands the
+work to the part that owns it:
+
+- :mod:`._pause` keeps pause intent (the ledger);
+- :mod:`._partitions` owns every partition's state (the table);
+- :mod:`._rebalance` applies every assignment change and makes librdkafka's pause flags follow intent;
+- :mod:`._reader` reads records from librdkafka, :mod:`._delivery` decides what leaves and what is stored;
+- :mod:`._client` is the one boundary to librdkafka, where its errors are translated;
+- :mod:`._keepalive` keeps a busy member alive, through :class:`_KeepaliveLink`.
 
 Every call into the underlying client is made under one re-entrant lock, so the
 consumer may be shared between threads; rebalance callbacks run inside ``poll()`` /
-``consume()`` / ``close()`` on the calling thread, and re-enter the lock.
+``consume()`` / ``close()`` (or a keepalive poll) on the calling thread, and re-enter the lock.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, TracerProvider
 
+from ._client import RawClient
 from ._config import redact_config
 from ._delivery import DeliveryGate, DeliveryStats, next_offset
 from ._errors import (
@@ -36,12 +44,13 @@ from ._errors import (
     InvalidPauseRequest,
     PauseStateError,
     SafeConsumerError,
-    classify,
     error_type,
 )
 from ._keepalive import KeepaliveMode, Keeper
+from ._partitions import PartitionTable
 from ._pause import Key, PauseLedger, PauseState, keys_of, parse_topic_entries, subscription_can_match
-from ._rebalance import RebalanceCallback, RebalanceHandler
+from ._reader import Reader
+from ._rebalance import RebalanceCallback, Rebalancer
 from ._retry import CommitRetry
 from .otel import Telemetry
 
@@ -50,9 +59,6 @@ logger = logging.getLogger("safeconsumer")
 _TRUE = {"true", "1", "yes", "on"}
 
 FatalPolicy = Literal["raise", "exit"]
-
-#: How many records one poll() reads from librdkafka at most; the rest wait in the gate.
-_READ_AHEAD = 64
 
 _monotonic = time.monotonic
 
@@ -122,6 +128,42 @@ def _partition_keys(partitions: object, method: str) -> list[Key]:
     return [(tp.topic, tp.partition) for tp in partitions]
 
 
+class _KeepaliveLink:
+    """The keeper's view of its consumer (:class:`._keepalive.KeepaliveHost`): nothing else."""
+
+    def __init__(self, consumer: SafeConsumer) -> None:
+        self._consumer = consumer
+        self.lock = consumer._lock
+
+    def idle_seconds(self) -> float:
+        return self._consumer._reader.idle_seconds()
+
+    def touch(self) -> None:
+        self._consumer._reader.touch()
+
+    def set_parked(self, parked: bool) -> None:
+        with self._consumer._lock:
+            if self._consumer._state is _State.OPEN:
+                self._consumer._rebalancer.set_parked(parked)
+
+    def keep_alive(self) -> bool:
+        consumer = self._consumer
+        with consumer._lock:
+            if consumer._state is not _State.OPEN:
+                return False
+            try:
+                consumer._reader.keep_alive()
+            except FatalConsumerError:
+                return False  # the consumer stopped itself; the application's next call raises
+            return True
+
+    def span_started(self, mode: str) -> Span:
+        return self._consumer._telemetry.keepalive_started(mode)
+
+    def span_ended(self, span: Span, mode: str, seconds: float) -> None:
+        self._consumer._telemetry.keepalive_ended(span, mode, seconds)
+
+
 class SafeConsumer(Consumer):
     """A ``confluent_kafka.Consumer`` whose pause state survives rebalances and which never
     hands out a record of a paused or unowned partition, nor loses one it withheld.
@@ -182,65 +224,52 @@ class SafeConsumer(Consumer):
         ceiling = _positive("keepalive_max", keepalive_max, max_poll_s * 10)
         self._group_id = str(config.get("group.id", ""))
         auto_store = _conf_bool(config.get("enable.auto.offset.store"), True)
-        # The gate stores offsets itself, only for records it hands out (see _delivery).
+        # The gate stores offsets itself, once records are processed (see _delivery).
         config["enable.auto.offset.store"] = False
         logger.debug("creating SafeConsumer with config %s", redact_config(config))
         super().__init__(config)
         self._lock = threading.RLock()
         self._state = _State.OPEN
         self._subscription: list[str] | None = None
-        self._ledger = PauseLedger()
         self._on_fatal = on_fatal
         self._commit_retry = commit_retry
         self._fatal: FatalConsumerError | None = None
-        self._gate = DeliveryGate(
-            self._raw_store, self._raw_position, auto_store=auto_store, on_error=self._check_error_event
-        )
-        self._real_call_every = min(1.0, max_poll_s / 10)
-        #: When the application's poll()/consume() last reached librdkafka.
-        self._last_call = time.monotonic()
-        #: The assignment epoch under which the read-ahead records were fetched (-1: unknown).
-        self._ahead_epoch = -1
-        #: The gate's fast lane (see poll()) and until when poll() may use it without a real call.
-        self._lane = self._gate.lane
-        self._lane_until = 0.0
+        self._ledger = PauseLedger()
+        self._table = PartitionTable()
+        self._client = RawClient(self, self._group_id, self._fail)
+        self._gate = DeliveryGate(self._table, self._client, auto_store=auto_store)
+        self._reader = Reader(self._client, self._table, self._gate, real_call_every=min(1.0, max_poll_s / 10))
+        #: poll()'s fast lane (the table's; see Reader).
+        self._lane = self._table.lane
         self._telemetry = Telemetry(self._group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
-        self._telemetry.bind(self._gate)
-        self._rebalance = RebalanceHandler(
+        self._telemetry.bind(self._table)
+        self._rebalancer = Rebalancer(
             self,
-            self._ledger,
-            self._gate,
-            self._telemetry,
+            self._client,
+            table=self._table,
+            ledger=self._ledger,
+            gate=self._gate,
+            telemetry=self._telemetry,
             incremental=_is_incremental(config),
             protocol=_protocol_label(config),
         )
-        self._keeper = Keeper(self, mode=keepalive, after=after, ceiling=ceiling)
+        self._keeper = Keeper(_KeepaliveLink(self), mode=keepalive, after=after, ceiling=ceiling)
 
     def __repr__(self) -> str:
         return f"<SafeConsumer group={self._group_id!r} {self._state.value}>"
 
     # -- state ---------------------------------------------------------------------------
-    def _closing_or_closed(self) -> bool:
-        return self._state is not _State.OPEN
-
     def _closed(self, method: str) -> SafeConsumerError:
         """The error a call on a stopped consumer raises: the fatal error that stopped it, if any."""
         if self._fatal is not None:
             return self._fatal
         return ConsumerClosedError(f"SafeConsumer for group {self._group_id!r} is closed: cannot call {method}()")
 
-    # -- fatal errors --------------------------------------------------------------------
-    def _check_error_event(self, msg: Message) -> None:
-        """Every error event leaving the client passes here; a fatal one stops the consumer."""
-        err = msg.error()
-        if err is None:
-            return
-        fatal = classify(err, self._group_id)
-        if fatal is not None:
-            self._fail(fatal, err)
-
     def _fail(self, fatal: FatalConsumerError, err: KafkaError) -> NoReturn:
-        """Stop at once: no more joins or heartbeats, close, remember, apply the exit policy, raise."""
+        """Stop at once: no more joins or heartbeats, close, remember, apply the exit policy, raise.
+
+        The client boundary calls this for every fatal error, returned or raised, on any thread.
+        """
         with self._lock:
             if self._fatal is None:
                 self._fatal = fatal
@@ -249,26 +278,19 @@ class SafeConsumer(Consumer):
                 self._keeper.stop(join=False)
                 if self._state is _State.OPEN:
                     self._state = _State.CLOSING
+                    self._rebalancer.closing = True
                     # librdkafka already returned records the application will never see (the
                     # rest of this batch, the read-ahead): store nothing more, also not in the
                     # revoke callbacks close() runs. Only offsets stored before now get committed.
                     self._gate.auto_store = False
-                    self._gate.unlane()
                     try:
-                        Consumer.close(self)
-                    except Exception as exc:  # noqa: BLE001 - already failing; closing is best effort
-                        logger.debug("close after a fatal error reported %s", exc)
+                        self._client.close_quietly()
                     finally:
                         self._state = _State.CLOSED
+                        self._table.cleared()
                 if self._on_fatal == "exit":
                     _exit_process(EXIT_GROUP_MAX_SIZE if isinstance(fatal, GroupMaxSizeReachedError) else EXIT_FATAL)
         raise self._fatal from KafkaException(err)
-
-    def _raw_store(self, offsets: list[TopicPartition]) -> None:
-        Consumer.store_offsets(self, offsets=offsets)
-
-    def _raw_position(self, keys: list[Key]) -> list[TopicPartition]:
-        return Consumer.position(self, [TopicPartition(t, p) for t, p in keys])
 
     # -- subscription --------------------------------------------------------------------
     def subscribe(
@@ -284,113 +306,57 @@ class SafeConsumer(Consumer):
             if cb is not None and not callable(cb):
                 raise TypeError(f"{name} expects a callable, got {type(cb).__name__}")
         with self._lock:
-            rb = self._rebalance
-            super().subscribe(topics, on_assign=rb.on_assign, on_revoke=rb.on_revoke, on_lost=rb.on_lost)
+            rb = self._rebalancer
+            self._client.call(
+                Consumer.subscribe, topics, on_assign=rb.on_assign, on_revoke=rb.on_revoke, on_lost=rb.on_lost
+            )
             rb.user_on_assign, rb.user_on_revoke, rb.user_on_lost = on_assign, on_revoke, on_lost
+            rb.subscribed = True
             self._subscription = list(topics)
 
     def unsubscribe(self) -> None:
         if self._state is _State.CLOSED:
             raise self._closed("unsubscribe")
         with self._lock:
-            self._gate.flush(force=True)
-            super().unsubscribe()
+            self._gate.flush(force=True)  # stored before unsubscribe (I9)
+            self._client.call(Consumer.unsubscribe)
+            self._rebalancer.unsubscribed()
             self._subscription = None
 
     # -- consuming -----------------------------------------------------------------------
     def poll(self, timeout: float | None = None) -> Message | None:
         # The fast lane: records of a batch that was wholly deliverable when it arrived, not
         # yet handed out. Everything that could change that (a rebalance, pause, park, seek,
-        # close) first takes the lane back under the lock (DeliveryGate.unlane); an atomic
-        # pop here either beat it or finds the lane empty. The deadline keeps a real call
-        # reaching librdkafka at least every _real_call_every seconds.
+        # close) first takes the lane back under the lock; an atomic pop here either beat it
+        # or finds the lane empty. The deadline keeps a real call reaching librdkafka.
         lane = self._lane
-        if lane and _monotonic() < self._lane_until:
+        if lane and _monotonic() < self._reader.lane_until:
             try:
                 return lane.popleft()
             except IndexError:
                 pass
-        return self._poll_locked(timeout)
-
-    def _poll_locked(self, timeout: float | None) -> Message | None:
-        gate = self._gate
-        ahead = gate.ahead
-        rebalance = self._rebalance
-        lock = self._lock
         # acquire/release rather than ``with``: the context-manager protocol costs as much
         # again as the lock itself.
+        lock = self._lock
         lock.acquire()
         try:
             if self._state is _State.CLOSED:
                 raise self._closed("poll")
-            if self._keeper.auto_parked or not self._keeper._app_active:
-                self._app_is_back()
-            gate.unlane()  # its deadline passed: the rest goes through the checked path
-            if gate.has_releasable:
-                ready = gate.release(1)
-                if ready:
-                    return ready[0]
-            wait = -1.0 if timeout is None else timeout
-            while True:
-                # Records are read from librdkafka a batch at a time and handed out one by
-                # one: one C call per batch instead of per record. A call reaches librdkafka
-                # at least every _real_call_every seconds, so its max.poll.interval.ms clock
-                # and rebalance callbacks are served as if every poll() reached it.
-                if not ahead or _monotonic() - self._last_call >= self._real_call_every:
-                    epoch = rebalance.epoch
-                    batch = Consumer.consume(self, _READ_AHEAD, 0)
-                    now = self._last_call = _monotonic()
-                    # Read while the assignment stood still: no record of it can be unowned.
-                    unchanged = rebalance.epoch == epoch
-                    if batch and not ahead and self._state is _State.OPEN:
-                        first = gate.fill_lane(batch, unchanged=unchanged)
-                        if first is not None:
-                            self._lane_until = now + self._real_call_every
-                            return first
-                    ahead.extend(batch)
-                    self._ahead_epoch = epoch if unchanged else -1
-                if ahead:
-                    msg = ahead.popleft()
-                    trusted = self._ahead_epoch == rebalance.epoch
-                else:
-                    epoch = rebalance.epoch
-                    polled = Consumer.poll(self, wait)
-                    self._last_call = _monotonic()
-                    if polled is None:
-                        gate.flush()  # an idle moment: store what is due
-                        return None
-                    msg = polled
-                    trusted = rebalance.epoch == epoch
-                out = gate.admit_trusted(msg) if trusted and not gate.paused else gate.admit(msg)
-                if out is not None:
-                    return out
-                wait = 0  # withheld or dropped: keep serving the caller without waiting again
+            keeper = self._keeper
+            if keeper.auto_parked or not keeper.app_active:
+                keeper.app_is_back()
+            return self._reader.poll(-1.0 if timeout is None else timeout)
         finally:
             lock.release()
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         if self._state is _State.CLOSED:
             raise self._closed("consume")
-        gate = self._gate
         with self._lock:
-            if self._keeper.auto_parked or not self._keeper._app_active:
-                self._app_is_back()
-            gate.unlane()  # records poll() read ahead come first, in order
-            released: list[Message] = []
-            if gate.has_releasable:
-                released = gate.release(num_messages)
-            ahead = gate.ahead
-            if ahead and len(released) < num_messages:
-                # Records poll() read ahead come first, in order.
-                take = [ahead.popleft() for _ in range(min(num_messages - len(released), len(ahead)))]
-                released += gate.admit_batch(take)
-            if len(released) >= num_messages:
-                return released
-            epoch = self._rebalance.epoch
-            msgs = Consumer.consume(self, num_messages - len(released), 0 if released else timeout)
-            self._last_call = time.monotonic()
-            out = gate.admit_batch(msgs, unchanged=epoch == self._rebalance.epoch) if msgs else msgs
-            return released + out if released else out
+            keeper = self._keeper
+            if keeper.auto_parked or not keeper.app_active:
+                keeper.app_is_back()
+            return self._reader.consume(num_messages, timeout)
 
     def process(self, message: Message) -> contextlib.AbstractContextManager[Span]:
         """Trace your processing of one record: ``with consumer.process(msg): handle(msg)``.
@@ -403,12 +369,6 @@ class SafeConsumer(Consumer):
         """
         return self._telemetry.process(message)
 
-    def _app_is_back(self) -> None:
-        keeper = self._keeper
-        if not keeper._app_active:
-            keeper.app_started()
-        keeper.unpark_auto()
-
     # -- keepalive -----------------------------------------------------------------------
     @contextlib.contextmanager
     def keepalive(self) -> Iterator[None]:
@@ -420,7 +380,8 @@ class SafeConsumer(Consumer):
         ``max.poll.interval.ms`` and serves rebalances - rebalance callbacks then run on that
         thread. Records fetched meanwhile are withheld, never lost. On exit your pause
         intent applies again and consumption resumes in order. Blocks nest, also across
-        threads: the consumer stays parked until the last one exits.
+        threads: the consumer stays parked until the last one exits. Entering the block is
+        not coming back: the offsets of what you hold are not stored until your next call.
         """
         if self._state is _State.CLOSED:
             raise self._closed("keepalive")
@@ -440,49 +401,36 @@ class SafeConsumer(Consumer):
     def assign(self, partitions: list[TopicPartition]) -> None:
         if self._state is _State.CLOSED:
             raise self._closed("assign")
-        keys = _partition_keys(partitions, "assign")
+        _partition_keys(partitions, "assign")
         with self._lock:
-            self._gate.flush(force=True)
-            # Records read ahead of a partition assigned again are from its old position:
-            # librdkafka restarts the fetch, so delivering them would repeat or reorder.
-            self._gate.purge(set(keys) & self._gate.owned, "seek")
-            super().assign(partitions)
-            self._rebalance.note_assign_call()
-            self._rebalance.assigned(keys, replace=True)
-            self._rebalance.sync(fresh=keys)
+            self._rebalancer.assign(partitions)
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         if self._state is _State.CLOSED:
             raise self._closed("incremental_assign")
-        keys = _partition_keys(partitions, "incremental_assign")
+        _partition_keys(partitions, "incremental_assign")
         with self._lock:
-            super().incremental_assign(partitions)
-            self._rebalance.note_assign_call()
-            self._rebalance.assigned(keys, replace=False)
-            self._rebalance.sync(fresh=keys)
+            self._rebalancer.incremental_assign(partitions)
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         if self._state is _State.CLOSED:
             raise self._closed("incremental_unassign")
-        keys = _partition_keys(partitions, "incremental_unassign")
+        _partition_keys(partitions, "incremental_unassign")
         with self._lock:
-            self._gate.flush(force=True)
-            self._rebalance.left(keys, "revoked")
-            super().incremental_unassign(partitions)
+            self._rebalancer.unassign(partitions)
 
     def unassign(self) -> None:
         if self._state is _State.CLOSED:
             raise self._closed("unassign")
         with self._lock:
-            self._gate.flush(force=True)
-            self._rebalance.left(set(self._gate.owned), "revoked")
-            super().unassign()
+            self._rebalancer.unassign(None)
 
     def assignment(self) -> list[TopicPartition]:
         if self._state is _State.CLOSED:
             raise self._closed("assignment")
         with self._lock:
-            return super().assignment()
+            result: list[TopicPartition] = self._client.call(Consumer.assignment)
+            return result
 
     def owns(self, tp_or_message: TopicPartition | Message | tuple[str, int]) -> bool:
         """Whether this consumer owns that partition right now (a TopicPartition, Message or key)."""
@@ -496,7 +444,7 @@ class SafeConsumer(Consumer):
             key = (str(tp_or_message[0]), int(tp_or_message[1]))
         else:
             raise TypeError(f"owns() takes a TopicPartition, a Message or (topic, partition), got {tp_or_message!r}")
-        return key in self._gate.owned
+        return key in self._table.owned
 
     # -- pause ---------------------------------------------------------------------------
     def pause(self, partitions: list[TopicPartition] | None = None) -> None:
@@ -525,7 +473,7 @@ class SafeConsumer(Consumer):
                 self._ledger.mark_partitions(keys)
             else:
                 self._ledger.unmark_partitions(keys)
-            self._rebalance.sync()
+            self._rebalancer.sync()
 
     def pause_topics(self, topics: Iterable[str | Any] | str | Any) -> None:
         """Pause whole topics: names, ``^regex`` strings, or compiled ``re.Pattern`` objects.
@@ -544,7 +492,7 @@ class SafeConsumer(Consumer):
             raise self._closed(method)
         names, patterns = parse_topic_entries(topics)
         with self._lock:
-            if self._subscription is None and not self._gate.owned:
+            if self._subscription is None and not self._table.owned:
                 raise PauseStateError(
                     f"{method}() needs a subscription or an assignment to apply to: call subscribe() or assign() first"
                 )
@@ -558,14 +506,14 @@ class SafeConsumer(Consumer):
                 self._ledger.mark_topics(names, patterns)
             else:
                 self._ledger.unmark_topics(names, patterns)
-            self._rebalance.sync()
+            self._rebalancer.sync()
 
     def paused(self) -> list[TopicPartition]:
         """The effectively paused partitions of the current assignment, sorted."""
         if self._state is _State.CLOSED:
             raise self._closed("paused")
         with self._lock:
-            effective = self._ledger.effective(self._gate.owned)
+            effective = self._ledger.effective(self._table.owned)
             return [TopicPartition(t, p) for t, p in sorted(effective)]
 
     def pause_state(self) -> PauseState:
@@ -573,7 +521,7 @@ class SafeConsumer(Consumer):
         if self._state is _State.CLOSED:
             raise self._closed("pause_state")
         with self._lock:
-            return self._ledger.snapshot(self._gate.owned)
+            return self._ledger.snapshot(self._table.owned)
 
     def delivery_stats(self) -> DeliveryStats:
         """Counters of the delivery gate: delivered, withheld, released, purged, dropped offsets."""
@@ -582,11 +530,12 @@ class SafeConsumer(Consumer):
 
     # -- offsets -------------------------------------------------------------------------
     def _owned_offsets(self, method: str, offsets: list[TopicPartition]) -> list[TopicPartition]:
-        owned = self._gate.owned
+        """I7: a group member never writes an offset for a partition it does not own."""
+        owned = self._table.owned
         kept = [tp for tp in offsets if (tp.topic, tp.partition) in owned]
         dropped = len(offsets) - len(kept)
         if dropped:
-            self._gate.offsets_dropped += dropped
+            self._table.offsets_dropped += dropped
             logger.warning("%s(): dropped %d offset(s) of partitions this consumer does not own", method, dropped)
         return kept
 
@@ -641,12 +590,17 @@ class SafeConsumer(Consumer):
     def _commit_once(self, offsets: list[TopicPartition] | None, *, asynchronous: bool) -> list[TopicPartition] | None:
         """One commit of ``offsets`` (already filtered by :meth:`_committable`), lock held."""
         if offsets is None:
+            # A commit is the application coming back after what it holds (I8), unless it is
+            # made from a rebalance callback, which may run while the application still works.
+            if not self._rebalancer.in_callback:
+                self._table.came_back()
             self._gate.flush(force=True)
-            return super().commit(asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
-        if not offsets:
+            result = self._client.call(Consumer.commit, asynchronous=asynchronous)
+        elif not offsets:
             return None if asynchronous else []
-        # confluent_kafka's stub spells asynchronous as a Literal per overload.
-        return super().commit(offsets=offsets, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
+        else:
+            result = self._client.call(Consumer.commit, offsets=offsets, asynchronous=asynchronous)
+        return cast("list[TopicPartition] | None", result)
 
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         if self._state is _State.CLOSED:
@@ -660,29 +614,30 @@ class SafeConsumer(Consumer):
                 key = TopicPartition(cast(str, message.topic()), cast(int, message.partition()))
                 if not self._owned_offsets("store_offsets", [key]):
                     return
-                super().store_offsets(message=message)
+                self._client.call(Consumer.store_offsets, message=message)
                 return
             if offsets is None:
                 raise TypeError("store_offsets() requires message or offsets")
             _partition_keys(offsets, "store_offsets")
             kept = self._owned_offsets("store_offsets", offsets)
             if kept:
-                super().store_offsets(offsets=kept)
+                self._client.store(kept)
 
     def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
         if self._state is _State.CLOSED:
             raise self._closed("committed")
         with self._lock:
-            return super().committed(partitions, timeout)
+            result: list[TopicPartition] = self._client.call(Consumer.committed, partitions, timeout)
+            return result
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """As confluent_kafka's: the offset after the last record *the application* received."""
         if self._state is _State.CLOSED:
             raise self._closed("position")
         with self._lock:
-            positions = super().position(partitions)
+            positions: list[TopicPartition] = self._client.call(Consumer.position, partitions)
             for tp in positions:
-                first = self._gate.first_undelivered((tp.topic, tp.partition))
+                first = self._table.first_undelivered((tp.topic, tp.partition))
                 if first is not None:
                     tp.offset = first
             return positions
@@ -691,11 +646,9 @@ class SafeConsumer(Consumer):
         if self._state is _State.CLOSED:
             raise self._closed("seek")
         with self._lock:
-            super().seek(partition)
+            self._client.call(Consumer.seek, partition)
             # Withheld records of a rewound partition would be delivered out of order.
-            key = (partition.topic, partition.partition)
-            self._gate.purge([key], "seek")
-            self._gate.seeked(key, partition.offset)
+            self._table.seeked((partition.topic, partition.partition), partition.offset)
 
     # -- metadata and pass-through -------------------------------------------------------
     def get_watermark_offsets(
@@ -704,43 +657,44 @@ class SafeConsumer(Consumer):
         if self._state is _State.CLOSED:
             raise self._closed("get_watermark_offsets")
         with self._lock:
-            return super().get_watermark_offsets(partition, timeout, cached)
+            watermarks = self._client.call(Consumer.get_watermark_offsets, partition, timeout, cached)
+            return cast("tuple[int, int]", watermarks)
 
     def offsets_for_times(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
         if self._state is _State.CLOSED:
             raise self._closed("offsets_for_times")
         with self._lock:
-            return super().offsets_for_times(partitions, timeout)
+            return cast("list[TopicPartition]", self._client.call(Consumer.offsets_for_times, partitions, timeout))
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         if self._state is _State.CLOSED:
             raise self._closed("list_topics")
         with self._lock:
-            return super().list_topics(topic, timeout)
+            return self._client.call(Consumer.list_topics, topic, timeout)
 
     def cluster_id(self, timeout: float = -1) -> str:
         if self._state is _State.CLOSED:
             raise self._closed("cluster_id")
         with self._lock:
-            return super().cluster_id(timeout)
+            return cast(str, self._client.call(Consumer.cluster_id, timeout))
 
     def memberid(self) -> str:
         if self._state is _State.CLOSED:
             raise self._closed("memberid")
         with self._lock:
-            return super().memberid()
+            return cast(str, self._client.call(Consumer.memberid))
 
     def consumer_group_metadata(self) -> Any:
         if self._state is _State.CLOSED:
             raise self._closed("consumer_group_metadata")
         with self._lock:
-            return super().consumer_group_metadata()
+            return self._client.call(Consumer.consumer_group_metadata)
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         if self._state is _State.CLOSED:
             raise self._closed("set_sasl_credentials")
         with self._lock:
-            super().set_sasl_credentials(username, password)
+            self._client.call(Consumer.set_sasl_credentials, username, password)
 
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
@@ -753,13 +707,15 @@ class SafeConsumer(Consumer):
             if self._state is not _State.OPEN:
                 return
             self._state = _State.CLOSING
+            self._rebalancer.closing = True
             try:
-                self._gate.unlane()
+                self._table.came_back()  # close() is the application coming back (I8)
                 self._gate.flush(force=True)
                 # librdkafka runs the final revoke callbacks (and the final auto-commit) here.
-                super().close()
+                self._client.call(Consumer.close)
             finally:
                 self._state = _State.CLOSED
+                self._table.cleared()
 
     def __enter__(self) -> SafeConsumer:
         if self._state is _State.CLOSED:

@@ -5,8 +5,10 @@ librdkafka evicts a member whose application has not called ``poll()``/``consume
 thread ("the keeper") *parks* the consumer - every assigned partition is paused inside
 librdkafka for the keepalive only, apart from the application's own pause intent - and
 polls it often enough to count as alive and to serve rebalances. Anything those polls
-return goes through the delivery gate, which withholds records of parked partitions:
-nothing is lost, nothing is delivered early.
+return waits in the read-ahead (:mod:`._reader`) for the application's next call, where
+the gate withholds records of paused partitions: nothing is lost, nothing is delivered
+early. Parking is not the application coming back: offsets of what it holds are not
+stored (I8).
 
 Two ways in:
 
@@ -19,7 +21,8 @@ Two ways in:
   ``keepalive_max`` seconds: past it the keeper stops polling and logs at ERROR, so a
   deadlocked application is evicted and its partitions move on, as Kafka intends.
 
-Rebalance callbacks, the user's included, run on the keeper thread while it polls.
+Rebalance callbacks, the user's included, run on the keeper thread while it polls. The
+keeper reaches its consumer only through :class:`KeepaliveHost`.
 """
 
 from __future__ import annotations
@@ -27,31 +30,69 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Literal
-
-from confluent_kafka import Consumer
-
-from ._errors import FatalConsumerError
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
-
-    from ._consumer import SafeConsumer
 
 logger = logging.getLogger("safeconsumer")
 
 KeepaliveMode = Literal["auto", "off"]
 
 #: How long the keeper waits between its polls while parked; an application call waits
-#: at most one keeper poll (``poll(0)``) for the client lock.
+#: at most one keeper poll for the client lock.
 PARKED_POLL_INTERVAL = 0.1
 
 
-class Keeper:
-    """The keepalive state machine and its background thread. One per SafeConsumer."""
+class KeepaliveHost(Protocol):
+    """What the keeper needs from its consumer: all it may do to it."""
 
-    def __init__(self, consumer: SafeConsumer, *, mode: KeepaliveMode, after: float, ceiling: float) -> None:
-        self._consumer = consumer
+    @property
+    def lock(self) -> AbstractContextManager[object]:
+        """The consumer's client lock (re-entrant): parking decisions are made under it."""
+        ...
+
+    def idle_seconds(self) -> float:
+        """Seconds since the application's poll()/consume() last reached librdkafka."""
+        ...
+
+    def touch(self) -> None:
+        """The application is active now: its idle clock restarts."""
+        ...
+
+    def set_parked(self, parked: bool) -> None:
+        """Park (every owned partition paused for the keepalive only) or un-park."""
+        ...
+
+    def keep_alive(self) -> bool:
+        """One poll that keeps the member alive and serves rebalances, handing nothing out.
+
+        False when the consumer has stopped (closed, or a fatal error, which the
+        application's next call raises).
+        """
+        ...
+
+    def span_started(self, mode: str) -> Span:
+        """Telemetry: a parked span of time begins."""
+        ...
+
+    def span_ended(self, span: Span, mode: str, seconds: float) -> None:
+        """Telemetry: it ended after ``seconds``."""
+        ...
+
+
+class Keeper:
+    """The keepalive state machine and its background thread. One per SafeConsumer.
+
+    States: *active* (the application polls; the watchdog measures its idleness), *parked
+    manually* (``keepalive()`` blocks open: ``_depth > 0``), *parked automatically*
+    (``auto_parked``: the application went quiet), *over the ceiling* (parked automatically
+    for longer than ``ceiling``: no more keepalive polls), *stopped* (``_stop``: closed).
+    """
+
+    def __init__(self, host: KeepaliveHost, *, mode: KeepaliveMode, after: float, ceiling: float) -> None:
+        self._host = host
         self.mode = mode
         self.after = after
         self.ceiling = ceiling
@@ -62,7 +103,7 @@ class Keeper:
         self._span: Span | None = None
         self._span_mode = "manual"
         self._ceiling_hit = False
-        self._app_active = False  # the application has polled at least once
+        self.app_active = False  # the application has polled at least once
         self._stop = False
         self._thread: threading.Thread | None = None
 
@@ -71,15 +112,22 @@ class Keeper:
     def parked(self) -> bool:
         return self._depth > 0 or self.auto_parked
 
-    def app_started(self) -> None:
-        """The application's first poll()/consume(): from now on the watchdog measures idleness.
+    def app_is_back(self) -> None:
+        """The application's poll()/consume() (client lock held): end an automatic parked span.
 
-        Idleness is measured on the consumer's ``_last_call``: the time the application's
-        poll()/consume() last reached librdkafka (read-ahead makes that at least once a second).
+        The first call also starts the watchdog: from then on it measures idleness.
         """
-        self._app_active = True
-        if self.mode == "auto":
-            self._ensure_thread()
+        if not self.app_active:
+            self.app_active = True
+            if self.mode == "auto":
+                self._ensure_thread()
+        # The application is active from now: the watchdog must not see the old idle time.
+        self._host.touch()
+        with self._cond:
+            was, self.auto_parked = self.auto_parked, False
+            unpark = was and self._depth == 0
+        if unpark:
+            self._unpark()
 
     def enter(self) -> None:
         with self._cond:
@@ -96,19 +144,12 @@ class Keeper:
             self._depth -= 1
             last = self._depth == 0 and not self.auto_parked
         if last:
+            # The application is back from its long work: the watchdog's idle clock restarts,
+            # or it would park again at once, with the block's duration counted as idle time.
+            self._host.touch()
             self._unpark()
         with self._cond:
             self._cond.notify_all()
-
-    def unpark_auto(self) -> None:
-        """The application is back: end an automatic parked span (must hold the client lock)."""
-        # The application is active from now: the watchdog must not see the old idle time.
-        self._consumer._last_call = time.monotonic()
-        with self._cond:
-            was, self.auto_parked = self.auto_parked, False
-            unpark = was and self._depth == 0
-        if unpark:
-            self._unpark()
 
     def stop(self, *, join: bool = True) -> None:
         """Stop the keeper thread; safe from any thread, including the keeper itself.
@@ -125,32 +166,33 @@ class Keeper:
 
     # -- parking -------------------------------------------------------------------------
     def _park(self, *, auto: bool) -> None:
-        consumer = self._consumer
-        with consumer._lock:
+        # Not an offset store: the application still works on what it was handed (I8).
+        with self._host.lock:
             if auto:
+                # The application may have come back since the plan was made.
+                if self._stop or self.parked or self._host.idle_seconds() < self.after:
+                    return
                 self.auto_parked = True
             self._parked_since = time.monotonic()
             self._ceiling_hit = False
             self._span_mode = "auto" if auto else "manual"
-            self._span = consumer._telemetry.keepalive_started(self._span_mode)
-            consumer._gate.flush(force=True)  # an idle moment: store what was delivered
-            consumer._rebalance.set_parked(True)
+            self._span = self._host.span_started(self._span_mode)
+            self._host.set_parked(True)
         logger.info("parked: keeping the member alive without consuming (%s)", "auto" if auto else "keepalive()")
 
     def _unpark(self) -> None:
-        consumer = self._consumer
-        with consumer._lock:
+        with self._host.lock:
             if self._parked_since is not None:
                 logger.info("un-parked after %.1fs", time.monotonic() - self._parked_since)
             self._end_span()
-            consumer._rebalance.set_parked(False)
+            self._host.set_parked(False)
 
     def _end_span(self) -> None:
         """End the parked span of time (un-parked, or the consumer closed while parked)."""
         span, self._span = self._span, None
         since, self._parked_since = self._parked_since, None
         if span is not None and since is not None:
-            self._consumer._telemetry.keepalive_ended(span, self._span_mode, time.monotonic() - since)
+            self._host.span_ended(span, self._span_mode, time.monotonic() - since)
 
     # -- the thread ----------------------------------------------------------------------
     def _ensure_thread(self) -> None:
@@ -187,34 +229,21 @@ class Keeper:
                         "keepalive ceiling reached: the application has not polled for %.0fs "
                         "(keepalive_max=%.0fs); no longer keeping the member alive, it will be "
                         "evicted after max.poll.interval.ms",
-                        now - self._consumer._last_call,
+                        self._host.idle_seconds(),
                         self.ceiling,
                     )
                 return "wait", 1.0
             return "poll", 0.0
-        if self.mode == "auto" and self._app_active:
-            idle = now - self._consumer._last_call
+        if self.mode == "auto" and self.app_active:
+            idle = self._host.idle_seconds()
             if idle >= self.after:
                 return "park", 0.0
             return "wait", min(self.after - idle, 1.0)
         return "wait", 3600.0  # nothing to do until woken
 
     def _keep_alive_once(self) -> None:
-        consumer = self._consumer
-        with consumer._lock:
-            if self.parked and not consumer._closing_or_closed():
-                msg = Consumer.poll(consumer, 0)
-                while msg is not None:
-                    if msg.error() is not None:
-                        try:
-                            consumer._check_error_event(msg)
-                        except FatalConsumerError:
-                            return  # the consumer stopped itself; the application's next call raises
-                        # Other errors are the application's to see: keep them, in order, for its next call.
-                        consumer._gate.ahead.append(msg)
-                    else:
-                        consumer._gate.admit(msg)  # parked: withheld, never delivered early
-                    msg = Consumer.poll(consumer, 0)
+        if self.parked and not self._host.keep_alive():
+            return  # the consumer stopped; the application's next call raises
         with self._cond:
             if not self._stop:
                 self._cond.wait(PARKED_POLL_INTERVAL)

@@ -1,33 +1,41 @@
-"""Assignment state and rebalance callbacks: the only writer of what this consumer owns.
+"""Assignment changes: the only code that changes what this consumer owns.
 
-After every assignment change librdkafka's pause flags are made equal to the ledger's
-effective set restricted to the new assignment, before a record of a newly assigned
-partition can be returned:
+Every change of ownership passes here, whether librdkafka announces it (the rebalance
+callbacks) or the application makes it (``assign``, ``unassign``, ``incremental_*``,
+``unsubscribe``); it becomes a transition of the partition table, and librdkafka's pause
+flags are then made equal to the pause ledger's effective set restricted to the new
+assignment, before a record of a newly assigned partition can be returned.
 
-- ``on_assign``: the assignment is applied (the user's callback may do it itself, with
-  explicit offsets), then effectively paused new partitions are paused.
-- ``on_revoke`` / ``on_lost``: delivered offsets are stored first (so the commit librdkafka
-  makes on revocation includes them), the user's callback runs while the partitions
-  are still owned, and then - in a ``finally``, even if the callback raised - the
-  partitions are resumed inside librdkafka, their withheld records purged, and they
-  stop being owned.
+- ``on_assign``: the table takes the partitions (restoring eager limbo), the user's callback
+  runs (it may assign itself, with explicit offsets), the assignment is applied if it did
+  not, then effectively paused new partitions are paused.
+- ``on_revoke`` / ``on_lost``: processed offsets are stored first on a revocation (so the
+  commit librdkafka makes then includes them; nothing for a lost partition), the user's
+  callback runs while the partitions are still owned, and then - in a ``finally``, even if
+  the callback raised - the partitions are resumed inside librdkafka, stop being owned and
+  their records are purged.
 
-Partition marks under the eager protocol: every partition is revoked at each
-rebalance, so the marks of revoked partitions wait ("limbo") for the next
-``on_assign``; those of partitions that come back survive, the rest are dropped.
-Under incremental protocols a revoked partition is leaving, and its mark goes now.
+One behaviour under every protocol (I9). Under the eager protocol every partition is
+revoked at each rebalance: a revoked partition's state (withheld and read-ahead records,
+partition mark) waits in limbo and is restored when the partition comes back in that same
+rebalance, reading on after its last held record; otherwise it is purged and the mark
+dropped, as under an incremental protocol. A partition lost, unassigned, or revoked after
+``unsubscribe()`` never waits in limbo.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from ._delivery import DeliveryGate, PurgeReason
+from ._client import RawClient
+from ._delivery import DeliveryGate
+from ._partitions import LeaveReason, PartitionTable
 from ._pause import Key, PauseLedger
 
 if TYPE_CHECKING:
@@ -61,24 +69,28 @@ def _generation(consumer: Consumer) -> str:
     return "generation unknown" if generation is None else f"generation {generation}"
 
 
-def _tps(keys: Iterable[Key]) -> list[TopicPartition]:
-    return [TopicPartition(t, p) for t, p in sorted(keys)]
+def _keys(partitions: Iterable[TopicPartition]) -> list[Key]:
+    return [(tp.topic, tp.partition) for tp in partitions]
 
 
-class RebalanceHandler:
-    """Wraps the user's rebalance callbacks and keeps ownership and pause flags true."""
+class Rebalancer:
+    """Wraps the user's rebalance callbacks and applies every assignment change."""
 
     def __init__(
         self,
         consumer: SafeConsumer,
+        client: RawClient,
+        *,
+        table: PartitionTable,
         ledger: PauseLedger,
         gate: DeliveryGate,
         telemetry: Telemetry,
-        *,
         incremental: bool,
         protocol: str,
     ):
         self._consumer = consumer
+        self._client = client
+        self._table = table
         self._ledger = ledger
         self._gate = gate
         self._telemetry = telemetry
@@ -88,53 +100,63 @@ class RebalanceHandler:
         self.user_on_assign: RebalanceCallback | None = None
         self.user_on_revoke: RebalanceCallback | None = None
         self.user_on_lost: RebalanceCallback | None = None
-        #: What librdkafka was told is paused (app flag), among owned partitions.
-        self._applied: set[Key] = set()
-        #: Partition marks of eagerly revoked partitions, kept until the next on_assign.
-        self._limbo: set[Key] = set()
-        self._in_assign_callback = False
-        self._assign_called = False
-        #: Bumped on every change of what this consumer owns (lets the gate trust a batch).
-        self.epoch = 0
+        #: subscribe() is in force: an eager revocation may be followed by a re-assignment.
+        self.subscribed = False
+        #: close() has begun: revocations are final.
+        self.closing = False
+        #: Partitions owned when unsubscribe() was called: their coming revocation is final.
+        self._unsubscribed: set[Key] = set()
         #: Parked by the keepalive: every owned partition paused in librdkafka and at the gate.
         self.parked = False
-
-    @property
-    def owned(self) -> set[Key]:
-        return self._gate.owned
+        #: A user rebalance callback is running (a commit() from it is not the app coming back).
+        self.in_callback = False
+        #: Inside on_assign, before or while the user's callback runs; and whether it assigned.
+        self._in_assign = False
+        self._assign_called = False
 
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
-        keys = [(tp.topic, tp.partition) for tp in partitions]
+        keys = _keys(partitions)
         with self._telemetry.rebalance("assigned", keys, self.protocol):
-            self._assign(partitions, keys)
+            self._on_assign(partitions, keys)
         logger.info(
             "assigned %d partition(s) (%s, %s), now owning %d, %d effectively paused",
             len(keys),
             self.protocol,
             _generation(self._consumer),
-            len(self.owned),
-            self._gate.intent_paused,
+            len(self._table.owned),
+            self._table.intent_paused,
         )
 
-    def _assign(self, partitions: list[TopicPartition], keys: list[Key]) -> None:
+    def _on_assign(self, partitions: list[TopicPartition], keys: list[Key]) -> None:
+        table = self._table
         # Owned from here on, so that the user's callback sees owns() and paused() of the new assignment.
-        self.assigned(keys, replace=not self.incremental)
-        self._in_assign_callback, self._assign_called = True, False
+        self._ledger.unmark_partitions(table.assigned(keys, replace=not self.incremental))
+        self._in_assign, self._assign_called = True, False
         try:
             if self.user_on_assign is not None:
-                self.user_on_assign(self._consumer, partitions)
+                with self._user_callback():
+                    self.user_on_assign(self._consumer, partitions)
         finally:
-            self._in_assign_callback = False
+            self._in_assign = False
             if not self._assign_called:
+                parts = [self._start_of(tp) or tp for tp in partitions]
                 if self.incremental:
-                    Consumer.incremental_assign(self._consumer, partitions)
+                    self._client.incremental_assign(parts)
                 else:
-                    Consumer.assign(self._consumer, partitions)
-            # Marks of eagerly revoked partitions that did not come back are dropped now.
-            self._ledger.unmark_partitions(self._limbo - set(keys))
-            self._limbo.clear()
+                    self._client.assign(parts)
+            table.resume_at.clear()
             self.sync(fresh=keys)
+
+    def _start_of(self, tp: TopicPartition) -> TopicPartition | None:
+        """Where a partition restored from eager limbo reads on: after its last held record.
+
+        None when it was not restored, or the application gave an explicit offset.
+        """
+        offset = self._table.resume_at.get((tp.topic, tp.partition))
+        if offset is None or tp.offset >= 0:
+            return None
+        return TopicPartition(tp.topic, tp.partition, offset)
 
     def on_revoke(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         self._leaving(partitions, self.user_on_revoke, "revoked")
@@ -144,101 +166,142 @@ class RebalanceHandler:
         self._leaving(partitions, callback, "lost")
 
     def _leaving(
-        self, partitions: list[TopicPartition], callback: RebalanceCallback | None, reason: PurgeReason
+        self, partitions: list[TopicPartition], callback: RebalanceCallback | None, reason: LeaveReason
     ) -> None:
-        keys = [(tp.topic, tp.partition) for tp in partitions]
+        keys = _keys(partitions)
         with self._telemetry.rebalance(reason, keys, self.protocol):
             if reason == "revoked":
                 self._gate.flush(force=True)
             try:
                 if callback is not None:
-                    callback(self._consumer, partitions)
+                    with self._user_callback():
+                        callback(self._consumer, partitions)
             finally:
-                self.left(keys, reason, rebalance=True)
+                self._left(keys, reason, rebalance=True)
         logger.info(
             "%s %d partition(s) (%s, %s), now owning %d",
             reason,
             len(keys),
             self.protocol,
             _generation(self._consumer),
-            len(self.owned),
+            len(self._table.owned),
         )
 
-    # -- assignment bookkeeping (also for the app's own assign/unassign calls) ------------------
-    def note_assign_call(self) -> None:
-        if self._in_assign_callback:
+    @contextlib.contextmanager
+    def _user_callback(self) -> Iterator[None]:
+        was, self.in_callback = self.in_callback, True
+        try:
+            yield
+        finally:
+            self.in_callback = was
+
+    # -- the application's own assignment calls ------------------------------------------------
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """``assign()``: the whole assignment is replaced."""
+        keys = _keys(partitions)
+        table = self._table
+        inside = self._in_assign
+        if inside:
             self._assign_called = True
+        else:
+            self._gate.flush(force=True)  # stored before the assignment changes (I9)
+        applied: list[TopicPartition] = []
+        for tp in partitions:
+            restored = self._start_of(tp) if inside else None
+            if restored is not None:
+                applied.append(restored)
+                continue
+            # Assigned again: it restarts at the given offset (or the committed one); what was
+            # read or withheld from its old position would repeat or reorder.
+            key = (tp.topic, tp.partition)
+            if key in table.owned:
+                table.seeked(key, tp.offset)
+            applied.append(tp)
+        wanted = set(keys)
+        gone = [k for k in table.owned if k not in wanted]
+        if gone:
+            self._left(gone, "unassigned")
+        self._client.assign(applied)
+        self._ledger.unmark_partitions(table.assigned(keys, replace=True))
+        self.sync(fresh=keys)
 
-    def assigned(self, keys: Iterable[Key], *, replace: bool) -> None:
-        """Record partitions now owned (``replace``: the whole new assignment)."""
-        new = set(keys)
-        self.epoch += 1
-        if replace:
-            gone = self.owned - new
-            if gone:
-                self.left(gone, "revoked")
-            self.owned.clear()
-        self.owned.update(new)
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        keys = _keys(partitions)
+        if self._in_assign:
+            self._assign_called = True
+        self._client.incremental_assign(partitions)
+        self._ledger.unmark_partitions(self._table.assigned(keys, replace=False))
+        self.sync(fresh=keys)
 
-    def left(self, keys: Iterable[Key], reason: PurgeReason, *, rebalance: bool = False) -> None:
-        """Partitions stop being owned: unpause them in librdkafka, purge what was withheld.
+    def unassign(self, partitions: list[TopicPartition] | None) -> None:
+        """``unassign()`` (None) or ``incremental_unassign(partitions)``."""
+        self._gate.flush(force=True)  # stored before the assignment changes (I9)
+        keys = list(self._table.owned) if partitions is None else _keys(partitions)
+        self._left(keys, "unassigned")
+        if partitions is None:
+            self._client.unassign()
+        else:
+            self._client.incremental_unassign(partitions)
 
-        ``rebalance``: they leave through a rebalance callback, where an eager protocol
-        may hand them straight back, so their partition marks wait for the next assign.
-        """
-        gone = set(keys)
+    def unsubscribed(self) -> None:
+        """``unsubscribe()`` was called: the coming revocation of what is owned is final."""
+        self.subscribed = False
+        self._unsubscribed = set(self._table.owned)
+        # Eager limbo waits for a re-assignment that will not come now.
+        self._ledger.unmark_partitions(self._table.assigned((), replace=False))
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def _left(self, keys: Iterable[Key], reason: LeaveReason, *, rebalance: bool = False) -> None:
+        """Partitions stop being owned: resumed inside librdkafka, then limbo or gone for good."""
+        table = self._table
+        gone = {k for k in keys if k in table.owned}
+        final = self._unsubscribed & gone
+        self._unsubscribed -= gone
         if not gone:
             return
-        self.epoch += 1
-        self._resume_raw(gone)
-        self._applied -= gone
-        self.owned.difference_update(gone)
-        self._gate.purge(gone, reason)
-        if rebalance and not self.incremental:
-            self._limbo |= gone & self._ledger.partitions
+        # Never left paused inside librdkafka: it would come back silently stuck.
+        self._client.resume(gone, leaving=True)
+        eager = rebalance and reason == "revoked" and not self.incremental and self.subscribed and not self.closing
+        if eager and not final:
+            table.to_limbo(gone)
         else:
+            table.left(gone, reason)
             self._ledger.unmark_partitions(gone)
-        self._tell_gate(*self._paused_sets())
+        self._tell_table()
 
     def sync(self, fresh: Iterable[Key] = ()) -> None:
         """Make librdkafka's pause flags equal the effective set of the current assignment.
 
         ``fresh`` partitions were just assigned; those effectively paused are paused even
         if librdkafka was told so before. Fresh partitions that are not paused are left
-        alone: every partition is resumed inside librdkafka as it leaves (``left``), so
+        alone: every partition is resumed inside librdkafka as it leaves (``_left``), so
         none carries a stale flag, and a needless resume would restart its fetch.
         """
-        intent, effective = self._paused_sets()
-        if self._in_assign_callback and not self._assign_called:
-            # librdkafka has not been given the assignment yet; on_assign syncs once it has.
-            self._tell_gate(intent, effective)
-            return
-        to_pause = (effective - self._applied) | (effective & set(fresh))
-        to_resume = self._applied - effective
+        _intent, effective = self._tell_table()
+        if self._in_assign and not self._assign_called:
+            return  # librdkafka has not been given the assignment yet; on_assign syncs once it has
+        owned = self._table.owned
+        fresh_set = set(fresh)
+        to_pause = [k for k in effective if not owned[k].applied or k in fresh_set]
+        to_resume = [k for k, s in owned.items() if s.applied and k not in effective]
         if to_pause:
-            Consumer.pause(self._consumer, _tps(to_pause))
+            self._client.pause(to_pause)
+            for k in to_pause:
+                owned[k].applied = True
         if to_resume:
-            self._resume_raw(to_resume)
-        self._applied = set(effective)
-        self._tell_gate(intent, effective)
+            self._client.resume(to_resume, leaving=True)
+            for k in to_resume:
+                owned[k].applied = False
 
-    def _paused_sets(self) -> tuple[frozenset[Key], frozenset[Key]]:
-        """(the user's effective paused set, what is paused: every owned partition while parked)."""
-        intent = self._ledger.effective(self.owned)
-        return intent, frozenset(self.owned) if self.parked else intent
-
-    def _tell_gate(self, intent: frozenset[Key], effective: frozenset[Key]) -> None:
-        self._gate.intent_paused = len(intent)
-        self._gate.set_paused(effective)
+    def _tell_table(self) -> tuple[frozenset[Key], frozenset[Key]]:
+        """Give the table the effective paused set: (the user's, what is paused incl. parking)."""
+        owned = self._table.owned
+        intent = self._ledger.effective(owned)
+        effective = frozenset(owned) if self.parked else intent
+        self._table.set_paused(effective, len(intent))
+        return intent, effective
 
     def set_parked(self, parked: bool) -> None:
         """Park (keepalive) or un-park: the user's intent is untouched, librdkafka follows both."""
         self.parked = parked
         self.sync()
-
-    def _resume_raw(self, keys: set[Key]) -> None:
-        try:
-            Consumer.resume(self._consumer, _tps(keys))
-        except KafkaException as exc:
-            # A partition already gone from librdkafka has no flag left to clear.
-            logger.debug("resume of %d leaving partition(s) reported %s", len(keys), exc)

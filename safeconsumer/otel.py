@@ -47,7 +47,7 @@ from opentelemetry.util.types import AttributeValue
 from ._pause import Key
 
 if TYPE_CHECKING:
-    from ._delivery import DeliveryGate
+    from ._partitions import PartitionTable
 
 __all__ = ["INSTRUMENTATION_NAME", "Telemetry", "metrics_enabled"]
 
@@ -107,7 +107,7 @@ class Telemetry:
         self._tracer = (tracer_provider if tracer_provider is not None else trace.get_tracer_provider()).get_tracer(
             INSTRUMENTATION_NAME, _version()
         )
-        self._gate: weakref.ref[DeliveryGate] | None = None
+        self._table: weakref.ref[PartitionTable] | None = None
         meter.create_observable_counter(
             "messaging.client.consumed.messages",
             callbacks=[self._observe_consumed],
@@ -148,15 +148,15 @@ class Telemetry:
             "safeconsumer.fatal_errors", unit="{error}", description="Fatal errors that stopped the consumer."
         )
 
-    def bind(self, gate: DeliveryGate) -> None:
-        """Read the gate's counters (weakly: a meter provider never keeps a consumer alive)."""
-        self._gate = weakref.ref(gate)
+    def bind(self, table: PartitionTable) -> None:
+        """Read the partition table's counters (weakly: a meter provider never keeps a consumer alive)."""
+        self._table = weakref.ref(table)
         if self.recording:
-            gate.consumed = Counter()
+            table.consumed = Counter()
 
     # -- observable callbacks (run on the metric reader's thread) -------------------------
-    def _live_gate(self) -> DeliveryGate | None:
-        return self._gate() if self._gate is not None else None
+    def _live_gate(self) -> PartitionTable | None:
+        return self._table() if self._table is not None else None
 
     def _observe_consumed(self, _options: CallbackOptions) -> Iterable[Observation]:
         gate = self._live_gate()
@@ -174,7 +174,7 @@ class Telemetry:
         ]
 
     def _observe(self, counter: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        """A callback observing the gate's integer attribute ``counter``."""
+        """A callback observing the table's integer attribute ``counter``."""
 
         def callback(_options: CallbackOptions) -> Iterable[Observation]:
             gate = self._live_gate()

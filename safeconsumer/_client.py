@@ -1,0 +1,133 @@
+"""The one boundary to librdkafka: every call the library makes on the underlying client.
+
+``SafeConsumer`` subclasses ``confluent_kafka.Consumer``, so the parent's methods, called
+unbound on the SafeConsumer, *are* the raw client. Only this module calls them. Each call
+passes through one translation of errors (:func:`._errors.classify`):
+
+- an error event librdkafka *returns* (from ``consume()``/``poll()``) is looked at once, here;
+- a ``KafkaException`` librdkafka *raises* (from ``commit()``, ``committed()``, ``assign()``, ...)
+  is looked at the same way.
+
+A fatal one (the group is full, a fatal client error) goes to ``on_fatal``, which stops the
+consumer, applies its exit policy and raises :class:`~safeconsumer.FatalConsumerError`; any
+other error keeps its confluent_kafka type and reaches the caller unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from ._errors import FatalConsumerError, classify
+from ._pause import Key
+
+logger = logging.getLogger("safeconsumer")
+
+_consume = Consumer.consume
+_error = Message.error
+
+FatalHandler = Callable[[FatalConsumerError, KafkaError], NoReturn]
+
+
+def tps(keys: Iterable[Key]) -> list[TopicPartition]:
+    """TopicPartitions of keys, sorted (librdkafka's calls take lists)."""
+    return [TopicPartition(t, p) for t, p in sorted(keys)]
+
+
+class RawClient:
+    """The underlying ``confluent_kafka.Consumer`` calls, with their errors classified."""
+
+    def __init__(self, consumer: Consumer, group_id: str, on_fatal: FatalHandler) -> None:
+        self._c = consumer
+        self._group_id = group_id
+        self._on_fatal = on_fatal
+
+    # -- error translation -----------------------------------------------------------------
+    def check_event(self, error: KafkaError) -> None:
+        """An error event on its way to the application: a fatal one stops the consumer."""
+        fatal = classify(error, self._group_id)
+        if fatal is not None:
+            self._on_fatal(fatal, error)
+
+    def _raised(self, exc: KafkaException) -> NoReturn:
+        """A KafkaException raised by librdkafka: fatal ones stop the consumer, others propagate."""
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError):
+            self.check_event(error)
+        raise exc
+
+    def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``method`` (a ``Consumer`` method) on the raw client, with its errors translated."""
+        try:
+            return method(self._c, *args, **kwargs)
+        except KafkaException as exc:
+            self._raised(exc)
+
+    # -- reading -----------------------------------------------------------------------------
+    def consume(self, num_messages: int, timeout: float) -> tuple[list[Message], bool]:
+        """A batch from librdkafka, and whether it holds error events (each one classified)."""
+        try:
+            batch = _consume(self._c, num_messages, timeout)
+        except KafkaException as exc:
+            self._raised(exc)
+        errors = bool(batch) and any(map(_error, batch))
+        if errors:
+            for msg in batch:
+                err = msg.error()
+                if err is not None:
+                    self.check_event(err)
+        return batch, errors
+
+    def poll(self, timeout: float) -> Message | None:
+        try:
+            msg = Consumer.poll(self._c, timeout)
+        except KafkaException as exc:
+            self._raised(exc)
+        if msg is not None:
+            err = msg.error()
+            if err is not None:
+                self.check_event(err)
+        return msg
+
+    # -- flags and positions -----------------------------------------------------------------
+    def pause(self, keys: Iterable[Key]) -> None:
+        self.call(Consumer.pause, tps(keys))
+
+    def resume(self, keys: Iterable[Key], *, leaving: bool = False) -> None:
+        """Resume partitions; ``leaving``: they may already be gone from librdkafka (no flag left)."""
+        try:
+            self.call(Consumer.resume, tps(keys))
+        except KafkaException as exc:
+            if not leaving:
+                raise
+            logger.debug("resume of leaving partition(s) reported %s", exc)
+
+    def position(self, keys: Iterable[Key]) -> list[TopicPartition]:
+        result: list[TopicPartition] = self.call(Consumer.position, tps(keys))
+        return result
+
+    def store(self, offsets: list[TopicPartition]) -> None:
+        self.call(Consumer.store_offsets, offsets=offsets)
+
+    # -- assignment ------------------------------------------------------------------------------
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.call(Consumer.assign, partitions)
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self.call(Consumer.incremental_assign, partitions)
+
+    def unassign(self) -> None:
+        self.call(Consumer.unassign)
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        self.call(Consumer.incremental_unassign, partitions)
+
+    def close_quietly(self) -> None:
+        """Close after a fatal error: best effort, nothing raised (the fatal error is what counts)."""
+        try:
+            Consumer.close(self._c)
+        except Exception as exc:  # noqa: BLE001 - already failing; closing is best effort
+            logger.debug("close after a fatal error reported %s", exc)

@@ -1,0 +1,346 @@
+"""The partition table: the one owner of everything the library knows per partition.
+
+Glossary (the words the rest of the core uses):
+
+- **owned**: assigned to this consumer right now; only owned partitions' records reach the app.
+- **applied**: librdkafka was told this partition is paused (its flag follows intent, see
+  :mod:`._rebalance`).
+- **withheld** (``held``): records that arrived while their partition was paused; kept in order
+  and released first once it is resumed.
+- **read-ahead** (``ahead``): records read from librdkafka in a batch but not yet through the
+  gate, across partitions, in arrival order.
+- **lane**: records of a batch that was wholly deliverable when it arrived; ``poll()`` hands
+  them out one by one without the lock. Anything that changes what may be delivered takes
+  them back first (:meth:`PartitionTable.unlane`).
+- **outstanding**: what the last ``poll()``/``consume()`` handed out. The application is still
+  working on it until it *comes back* (its next ``poll()``/``consume()``, a ``commit()``, or
+  ``close()``); until then no offset at or past it is stored (I8).
+- **limbo**: under the eager protocol every partition is revoked at each rebalance; a revoked
+  partition's state (withheld and read-ahead records, its seek target) waits here for the next
+  assignment, and is restored if the partition comes back in that same rebalance, else purged.
+- **seek target**: an offset the application set explicitly (``seek()``, ``assign()`` at an
+  offset); it is the partition's stored offset until a record past it is delivered.
+
+Every change goes through a named transition (``assigned``, ``left``, ``to_limbo``,
+``seeked``, ``set_paused``, ``hold``, ``release``, ``unlane``, ``came_back``, ``cleared``);
+none of them talks to Kafka. Callers hold the consumer's lock, except where a method says
+otherwise (the lane is popped without it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from confluent_kafka import Message
+
+from ._pause import Key
+
+logger = logging.getLogger("safeconsumer")
+
+#: Why records were dropped without reaching the application (a telemetry attribute too).
+PurgeReason = Literal["revoked", "lost", "unowned", "seek"]
+
+#: How a partition stops being owned.
+LeaveReason = Literal["revoked", "lost", "unassigned", "unsubscribed", "closed"]
+
+_PURGE_OF_LEAVE: dict[LeaveReason, PurgeReason] = {
+    "revoked": "revoked",
+    "lost": "lost",
+    "unassigned": "revoked",
+    "unsubscribed": "revoked",
+    "closed": "revoked",
+}
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """What the library knows of one partition it owns (or holds in limbo)."""
+
+    held: deque[Message] = field(default_factory=deque)
+    """Withheld records, in offset order."""
+    applied: bool = False
+    """librdkafka was told this partition is paused."""
+    seek_target: int | None = None
+    """An explicit offset set by the application; stored until a record past it is delivered."""
+
+
+@dataclass(slots=True)
+class _Limbo:
+    state: PartitionState
+    ahead: list[Message]
+
+
+def _key(msg: Message) -> Key:
+    return (msg.topic(), msg.partition())  # type: ignore[return-value]
+
+
+class PartitionTable:
+    """Owned partitions, the records the library holds for them, and what was handed out."""
+
+    def __init__(self) -> None:
+        #: Owned partitions and their state. Membership is ownership.
+        self.owned: dict[Key, PartitionState] = {}
+        #: The effective paused set of the assignment (the app's intent, or everything while parked).
+        self.paused: frozenset[Key] = frozenset()
+        #: Size of the application's effective paused set, parking aside (a telemetry gauge).
+        self.intent_paused = 0
+        #: Bumped on every change of ownership: a batch read across no bump needs no ownership check.
+        self.epoch = 0
+        self.ahead: deque[Message] = deque()
+        self.lane: deque[Message] = deque()
+        #: The whole batch the lane was filled from (its first record was returned directly), or None.
+        self.lane_batch: list[Message] | None = None
+        #: The last locked hand-out: one record (poll) or a list (consume); None once the app came back.
+        self.outstanding: Message | list[Message] | None = None
+        self.limbo: dict[Key, _Limbo] = {}
+        #: Offsets an eager re-assignment must start from, for partitions restored from limbo.
+        self.resume_at: dict[Key, int] = {}
+        #: Some held record may be releasable (a pause was lifted); cleared by release().
+        self.maybe_releasable = False
+        #: Something was handed out since the last offset store (or still may be: lane, outstanding).
+        self.dirty = False
+        # Counters (read by delivery_stats() and telemetry).
+        self.delivered = 0
+        self.withheld = 0
+        self.released = 0
+        self.purged: dict[PurgeReason, int] = {"revoked": 0, "lost": 0, "unowned": 0, "seek": 0}
+        self.offsets_dropped = 0
+        #: Records handed out per partition, kept only while telemetry records (see otel.py).
+        self.consumed: Counter[tuple[str | None, int | None]] | None = None
+
+    # -- ownership -------------------------------------------------------------------------
+    def assigned(self, keys: Iterable[Key], *, replace: bool) -> set[Key]:
+        """Partitions become owned (``replace``: ``keys`` is the whole new assignment).
+
+        Limbo is resolved: partitions that came back get their state and read-ahead back (and
+        a ``resume_at`` offset after the last record held for them); the others are purged.
+        Returns the partitions that left for good here (limbo not returned, or owned and not
+        in a replacing assignment): their partition marks must go.
+        """
+        new = dict.fromkeys(keys)
+        self.epoch += 1
+        gone: set[Key] = set()
+        if replace:
+            leaving = [k for k in self.owned if k not in new]
+            if leaving:
+                self.left(leaving, "unassigned")
+                gone.update(leaving)
+        if self.limbo:
+            restored: list[Message] = []
+            for key, parked in self.limbo.items():
+                if key in new:
+                    self.owned[key] = parked.state
+                    restored += parked.ahead
+                    last = parked.ahead[-1] if parked.ahead else (parked.state.held[-1] if parked.state.held else None)
+                    if last is not None:
+                        self.resume_at[key] = last.offset() + 1  # type: ignore[operator]
+                    if parked.state.held:
+                        self.maybe_releasable = True
+                else:
+                    self._count_purge(len(parked.state.held) + len(parked.ahead), "revoked")
+                    gone.add(key)
+            self.ahead.extendleft(reversed(restored))
+            self.limbo.clear()
+        for key in new:
+            if key not in self.owned:
+                self.owned[key] = PartitionState()
+        return gone
+
+    def left(self, keys: Iterable[Key], reason: LeaveReason) -> set[Key]:
+        """Partitions stop being owned: their records are purged. Returns those that were owned."""
+        gone = {k for k in keys if k in self.owned}
+        if not gone:
+            return gone
+        self.epoch += 1
+        self.unlane()
+        count = len(self._take_ahead(gone))
+        for key in gone:
+            count += len(self.owned.pop(key).held)
+        self._count_purge(count, _PURGE_OF_LEAVE[reason])
+        return gone
+
+    def to_limbo(self, keys: Iterable[Key]) -> set[Key]:
+        """Eagerly revoked partitions: not owned any more, their state kept until the next assignment."""
+        gone = {k for k in keys if k in self.owned}
+        if not gone:
+            return gone
+        self.epoch += 1
+        self.unlane()
+        taken = self._take_ahead(gone)
+        for key in gone:
+            state = self.owned.pop(key)
+            state.applied = False
+            self.limbo[key] = _Limbo(state, [m for m in taken if _key(m) == key])
+        return gone
+
+    def cleared(self) -> None:
+        """The consumer closed or failed: everything held is dropped (counted as revoked)."""
+        self.unlane()
+        count = len(self._take_ahead(None)) + sum(len(s.held) for s in self.owned.values())
+        count += sum(len(p.state.held) + len(p.ahead) for p in self.limbo.values())
+        self.owned.clear()
+        self.limbo.clear()
+        self.resume_at.clear()
+        self.outstanding = None
+        self.epoch += 1
+        self._count_purge(count, "revoked")
+
+    def seeked(self, key: Key, offset: int | None) -> None:
+        """The application moved an owned partition (seek, assign at an offset): its records are stale."""
+        self.unlane()
+        state = self.owned.get(key)
+        dropped = len(self._take_ahead({key}))
+        if state is not None:
+            dropped += len(state.held)
+            state.held.clear()
+            state.seek_target = offset if offset is not None and offset >= 0 else None
+            if state.seek_target is not None:
+                self.dirty = True
+        self._count_purge(dropped, "seek")
+
+    def _take_ahead(self, keys: set[Key] | None) -> list[Message]:
+        """Remove (and return) the read-ahead records of ``keys`` (None: all), keeping the rest in order."""
+        if not self.ahead:
+            return []
+        if keys is None:
+            everything = list(self.ahead)
+            self.ahead.clear()
+            return everything
+        taken: list[Message] = []
+        kept: list[Message] = []
+        for m in self.ahead:
+            (taken if m.error() is None and _key(m) in keys else kept).append(m)
+        if taken:
+            self.ahead.clear()  # in place: the reader holds a reference
+            self.ahead.extend(kept)
+        return taken
+
+    def _count_purge(self, count: int, reason: PurgeReason) -> None:
+        if count:
+            self.purged[reason] += count
+            logger.warning("purged %d withheld or read-ahead record(s) of %s partitions", count, reason)
+
+    # -- pause ------------------------------------------------------------------------------
+    def set_paused(self, paused: frozenset[Key], intent: int) -> None:
+        """The effective paused set changed (pause intent, parking, assignment)."""
+        self.unlane()
+        self.paused = paused
+        self.intent_paused = intent
+        self.maybe_releasable = any(s.held for s in self.owned.values())
+
+    def hold(self, key: Key, msg: Message) -> None:
+        self.owned[key].held.append(msg)
+        self.withheld += 1
+
+    def release(self, limit: int) -> list[Message]:
+        """Up to ``limit`` withheld records of owned, unpaused partitions, each partition in order."""
+        out: list[Message] = []
+        for key, state in self.owned.items():
+            if len(out) >= limit:
+                break
+            if not state.held or key in self.paused:
+                continue
+            held = state.held
+            while held and len(out) < limit:
+                out.append(held.popleft())
+        if len(out) < limit:
+            self.maybe_releasable = False
+        if out:
+            self.released += len(out)
+            self.count_delivered(out)
+        return out
+
+    # -- hand-out -----------------------------------------------------------------------------
+    def count_delivered(self, msgs: list[Message]) -> None:
+        self.delivered += len(msgs)
+        if self.consumed is not None:
+            self.consumed.update(map(_key, msgs))
+        self.dirty = True
+
+    def fill_lane(self, msgs: list[Message]) -> Message:
+        """Hand out ``msgs[0]`` now and the rest through the lane (all already counted delivered)."""
+        self.lane.extend(msgs)
+        first = self.lane.popleft()
+        self.lane_batch = msgs
+        self.outstanding = None
+        return first
+
+    def unlane(self) -> None:
+        """Put the lane's records back at the front of ``ahead``: not delivered after all.
+
+        poll() pops the lane without the lock, so records are taken one atomic pop at a
+        time: each goes either to the application or back here, never both. The last record
+        the application did pop stays outstanding.
+        """
+        lane = self.lane
+        if not lane:
+            self.lane_batch = None
+            return
+        taken: list[Message] = []
+        while True:
+            try:
+                taken.append(lane.popleft())
+            except IndexError:
+                break
+        batch, self.lane_batch = self.lane_batch, None
+        if batch is not None:
+            self.outstanding = batch[len(batch) - len(taken) - 1]
+        self.ahead.extendleft(reversed(taken))
+        self.delivered -= len(taken)
+        if self.consumed is not None:
+            self.consumed.subtract(map(_key, taken))
+
+    def came_back(self) -> None:
+        """The application came back after what it was handed: all of it counts as processed."""
+        if self.lane:
+            self.unlane()
+        self.lane_batch = None
+        self.outstanding = None
+
+    # -- offsets ------------------------------------------------------------------------------
+    def first_undelivered(self, key: Key) -> int | None:
+        """Offset of the first record of ``key`` received from librdkafka but not handed out."""
+        return self._floor(with_outstanding=False).get(key)
+
+    def unprocessed_floor(self) -> dict[Key, int]:
+        """Per partition, the first offset not yet processed: withheld, read ahead, in the lane,
+        or handed out and not come back from. Nothing at or past it may be stored (I3, I8)."""
+        return self._floor(with_outstanding=True)
+
+    def _floor(self, *, with_outstanding: bool) -> dict[Key, int]:
+        lane = [*self.lane]  # one atomic copy: poll() may pop the lane meanwhile
+        records: list[Message] = [*lane, *self.ahead]
+        if with_outstanding:
+            out = self.outstanding
+            if isinstance(out, list):
+                records += out
+            elif out is not None:
+                records.append(out)
+            batch = self.lane_batch
+            if batch is not None:
+                records.append(batch[len(batch) - len(lane) - 1])
+        floor: dict[Key, int] = {}
+        for msg in records:
+            if msg.error() is None:
+                key, offset = _key(msg), msg.offset()
+                if offset is not None and (key not in floor or offset < floor[key]):
+                    floor[key] = offset
+        for key, state in self.owned.items():
+            if state.held:
+                offset = state.held[0].offset()
+                if offset is not None and (key not in floor or offset < floor[key]):
+                    floor[key] = offset
+        return floor
+
+    @property
+    def pending(self) -> bool:
+        """Records handed out may still need storing later (lane not empty, or not come back from)."""
+        return bool(self.lane) or self.outstanding is not None or self.lane_batch is not None
+
+    @property
+    def held_count(self) -> int:
+        return sum(len(s.held) for s in self.owned.values()) + sum(len(p.state.held) for p in self.limbo.values())

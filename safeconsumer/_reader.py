@@ -1,0 +1,136 @@
+"""The reader: the one path records take from librdkafka to the application.
+
+``poll()``, ``consume()`` and the keepalive all read here. Records are read from librdkafka
+a batch at a time (one C call per batch, not per record) into the partition table's
+read-ahead, then handed out through the gate. A real call reaches librdkafka at least every
+``real_call_every`` seconds, so its ``max.poll.interval.ms`` clock and rebalance callbacks
+are served as if every ``poll()`` reached it.
+
+``poll()`` also has a fast lane: a batch wholly deliverable when it arrived is handed out
+one record per call without the lock (:meth:`SafeConsumer.poll` pops it; the deadline
+``lane_until`` keeps real calls going). Every method here runs with the consumer's lock held.
+
+Each ``poll()``/``consume()`` first marks the application as *come back*: what the previous
+call handed out is processed, so its offsets may be stored (I8), and a due store happens
+then, before anything new is handed out.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Message
+
+from ._client import RawClient
+from ._delivery import DeliveryGate
+from ._partitions import PartitionTable
+
+#: How many records one poll() reads from librdkafka at most; the rest wait in the table.
+READ_AHEAD = 64
+
+_monotonic = time.monotonic
+
+
+class Reader:
+    """Reads records from librdkafka and hands them out through the gate."""
+
+    def __init__(self, client: RawClient, table: PartitionTable, gate: DeliveryGate, *, real_call_every: float):
+        self._client = client
+        self._table = table
+        self._gate = gate
+        self.real_call_every = real_call_every
+        #: When the application's poll()/consume() last reached librdkafka (the keepalive's idle clock).
+        self.last_call = _monotonic()
+        #: Until when poll() may hand out lane records without a real call.
+        self.lane_until = 0.0
+        #: The ownership epoch under which the read-ahead was fetched (-1: unknown, check each record).
+        self._ahead_epoch = -1
+
+    def _come_back(self, now: float) -> None:
+        table = self._table
+        table.came_back()
+        gate = self._gate
+        if table.dirty and now - gate.last_flush >= gate.flush_interval:
+            gate.flush()
+
+    def poll(self, timeout: float) -> Message | None:
+        """The checked path of poll(): one record, error event, or None."""
+        table, gate, client = self._table, self._gate, self._client
+        now = _monotonic()
+        self._come_back(now)
+        if table.maybe_releasable:
+            ready = gate.release(1)
+            if ready:
+                table.outstanding = ready[0]
+                return ready[0]
+        ahead = table.ahead
+        wait = timeout
+        while True:
+            if not ahead or now - self.last_call >= self.real_call_every:
+                epoch = table.epoch
+                batch, errors = client.consume(READ_AHEAD, 0)
+                now = self.last_call = _monotonic()
+                # Read while the assignment stood still: no record of it can be unowned.
+                unchanged = table.epoch == epoch
+                if batch and not ahead and not errors:
+                    first = gate.fill_lane(batch, unchanged=unchanged, errors=False)
+                    if first is not None:
+                        self.lane_until = now + self.real_call_every
+                        return first
+                ahead.extend(batch)
+                self._ahead_epoch = epoch if unchanged else -1
+            if ahead:
+                msg = ahead.popleft()
+                trusted = self._ahead_epoch == table.epoch
+            else:
+                epoch = table.epoch
+                polled = client.poll(wait)
+                now = self.last_call = _monotonic()
+                if polled is None:
+                    return None
+                msg = polled
+                trusted = table.epoch == epoch
+            out = gate.admit_trusted(msg) if trusted and not table.paused else gate.admit(msg)
+            if out is not None:
+                table.outstanding = out
+                return out
+            wait = 0  # withheld or dropped: keep serving the caller without waiting again
+
+    def consume(self, num_messages: int, timeout: float) -> list[Message]:
+        """consume(): withheld records released first, then read-ahead, then a real call."""
+        table, gate = self._table, self._gate
+        self._come_back(_monotonic())
+        released: list[Message] = gate.release(num_messages) if table.maybe_releasable else []
+        ahead = table.ahead
+        if ahead and len(released) < num_messages:
+            take = [ahead.popleft() for _ in range(min(num_messages - len(released), len(ahead)))]
+            released += gate.admit_batch(take)
+        if len(released) < num_messages:
+            epoch = table.epoch
+            msgs, errors = self._client.consume(num_messages - len(released), 0 if released else timeout)
+            self.last_call = _monotonic()
+            if msgs:
+                out = gate.admit_batch(msgs, unchanged=epoch == table.epoch, errors=errors)
+                released = released + out if released else out
+        if released:
+            table.outstanding = released
+        return released
+
+    def keep_alive(self) -> None:
+        """One real call for the keepalive: serves rebalances and counts as alive for librdkafka.
+
+        Nothing is handed out: what it returns waits in the read-ahead, in order (error events
+        included), for the application's next call. Parking paused every partition inside
+        librdkafka, so that is little.
+        """
+        batch, _ = self._client.consume(READ_AHEAD, 0)
+        if batch:
+            self._table.ahead.extend(batch)
+            self._ahead_epoch = -1
+
+    def idle_seconds(self) -> float:
+        return _monotonic() - self.last_call
+
+    def touch(self) -> None:
+        """The application is active now (the keepalive's idle clock restarts)."""
+        self.last_call = _monotonic()

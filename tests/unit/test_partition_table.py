@@ -1,0 +1,109 @@
+"""The partition table's named transitions, in memory (records built by hand, no broker)."""
+
+from __future__ import annotations
+
+from confluent_kafka import Message
+
+from safeconsumer._partitions import PartitionTable
+
+A0, A1 = ("a", 0), ("a", 1)
+
+
+def _msg(key: tuple[str, int], offset: int) -> Message:
+    return Message(topic=key[0], partition=key[1], offset=offset, value=b"%d" % offset)
+
+
+def _table(*owned: tuple[str, int]) -> PartitionTable:
+    table = PartitionTable()
+    table.assigned(owned, replace=False)
+    return table
+
+
+def test_assigned_and_left_own_and_purge() -> None:
+    table = _table(A0, A1)
+    epoch = table.epoch
+    table.set_paused(frozenset({A0}), 1)
+    table.hold(A0, _msg(A0, 5))
+    table.ahead.extend([_msg(A0, 6), _msg(A1, 9)])
+    assert table.left([A0, ("b", 0)], "revoked") == {A0}, "only owned partitions leave"
+    assert set(table.owned) == {A1} and table.epoch > epoch
+    assert table.purged["revoked"] == 2, "withheld and read-ahead records of the leaving partition"
+    assert [m.offset() for m in table.ahead] == [9]
+    table.left([A1], "lost")
+    assert table.purged["lost"] == 1
+
+
+def test_replacing_assignment_drops_what_is_not_in_it() -> None:
+    table = _table(A0, A1)
+    table.hold(A1, _msg(A1, 3))
+    assert table.assigned([A0], replace=True) == {A1}
+    assert set(table.owned) == {A0} and table.purged["revoked"] == 1
+
+
+def test_eager_limbo_restores_a_partition_that_comes_back() -> None:
+    table = _table(A0, A1)
+    table.set_paused(frozenset({A0}), 1)
+    table.hold(A0, _msg(A0, 5))
+    table.hold(A0, _msg(A0, 6))
+    table.ahead.extend([_msg(A1, 1), _msg(A0, 7)])
+    assert table.to_limbo([A0, A1]) == {A0, A1}
+    assert not table.owned and not table.ahead
+    assert table.held_count == 2, "withheld records wait in limbo"
+    gone = table.assigned([A0], replace=True)
+    assert gone == {A1}, "the partition that did not come back leaves for good"
+    assert table.purged["revoked"] == 1
+    assert [m.offset() for m in table.owned[A0].held] == [5, 6]
+    assert [m.offset() for m in table.ahead] == [7]
+    assert table.resume_at == {A0: 8}, "reads on after the last record held for it"
+    assert table.maybe_releasable
+
+
+def test_seek_purges_and_sets_a_target() -> None:
+    table = _table(A0)
+    table.hold(A0, _msg(A0, 5))
+    table.ahead.append(_msg(A0, 6))
+    table.seeked(A0, 2)
+    assert table.purged["seek"] == 2 and not table.ahead and not table.owned[A0].held
+    assert table.owned[A0].seek_target == 2 and table.dirty
+    table.seeked(A0, -1001)  # a logical offset is no target
+    assert table.owned[A0].seek_target is None
+
+
+def test_outstanding_records_hold_back_the_floor_until_the_app_comes_back() -> None:
+    table = _table(A0, A1)
+    batch = [_msg(A0, 10), _msg(A1, 3), _msg(A0, 11)]
+    table.count_delivered(batch)
+    table.outstanding = batch  # a consume() batch handed out
+    assert table.unprocessed_floor() == {A0: 10, A1: 3}
+    assert table.first_undelivered(A0) is None, "handed out is delivered, not undelivered"
+    assert table.pending
+    table.came_back()
+    assert table.unprocessed_floor() == {} and not table.pending
+
+
+def test_the_last_record_popped_from_the_lane_is_outstanding() -> None:
+    table = _table(A0)
+    batch = [_msg(A0, o) for o in range(4)]
+    table.count_delivered(batch)
+    assert table.fill_lane(batch).offset() == 0
+    assert table.unprocessed_floor() == {A0: 0}
+    table.lane.popleft()  # poll() without the lock
+    assert table.unprocessed_floor() == {A0: 1}
+    table.unlane()  # e.g. a pause from another thread
+    assert [m.offset() for m in table.ahead] == [2, 3]
+    assert table.outstanding is not None and table.outstanding.offset() == 1
+    assert table.unprocessed_floor() == {A0: 1}
+    assert table.delivered == 2
+    table.came_back()
+    assert table.unprocessed_floor() == {A0: 2}, "read ahead, not delivered"
+
+
+def test_cleared_drops_everything() -> None:
+    table = _table(A0)
+    table.hold(A0, _msg(A0, 1))
+    table.to_limbo([A0])
+    table.assigned([A1], replace=False)
+    table.ahead.append(_msg(A1, 4))
+    table.cleared()
+    assert not table.owned and not table.limbo and not table.ahead
+    assert table.purged["revoked"] == 2
