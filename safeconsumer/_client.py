@@ -16,6 +16,7 @@ other error keeps its confluent_kafka type and reaches the caller unchanged.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
@@ -35,6 +36,23 @@ FatalHandler = Callable[[FatalConsumerError, KafkaError], NoReturn]
 def tps(keys: Iterable[Key]) -> list[TopicPartition]:
     """TopicPartitions of keys, sorted (librdkafka's calls take lists)."""
     return [TopicPartition(t, p) for t, p in sorted(keys)]
+
+
+def group_generation(consumer: Consumer) -> int | None:
+    """The group generation (classic) or member epoch (KIP-848) the consumer holds, if known.
+
+    Read from ``consumer_group_metadata()``, whose serialized form starts with ``CGMDv2:``
+    and the generation as an int32 in the host's byte order (librdkafka copies it as it is
+    in memory); None when that form is not recognised.
+    """
+    try:
+        data = bytes(Consumer.consumer_group_metadata(consumer))
+    except (KafkaException, RuntimeError, TypeError):
+        return None
+    magic = b"CGMDv2:"
+    if not data.startswith(magic) or len(data) < len(magic) + 4:
+        return None
+    return int.from_bytes(data[len(magic) : len(magic) + 4], sys.byteorder, signed=True)
 
 
 class RawClient:

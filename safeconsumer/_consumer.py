@@ -529,16 +529,6 @@ class SafeConsumer(Consumer):
             return self._gate.stats()
 
     # -- offsets -------------------------------------------------------------------------
-    def _owned_offsets(self, method: str, offsets: list[TopicPartition]) -> list[TopicPartition]:
-        """I7: a group member never writes an offset for a partition it does not own."""
-        owned = self._table.owned
-        kept = [tp for tp in offsets if (tp.topic, tp.partition) in owned]
-        dropped = len(offsets) - len(kept)
-        if dropped:
-            self._table.offsets_dropped += dropped
-            logger.warning("%s(): dropped %d offset(s) of partitions this consumer does not own", method, dropped)
-        return kept
-
     @overload
     def commit(self, *, asynchronous: Literal[True] = ...) -> None: ...
     @overload
@@ -585,7 +575,7 @@ class SafeConsumer(Consumer):
         """The offsets of partitions owned now (None: the stored offsets). Call with the lock held."""
         if self._state is _State.CLOSED:
             raise self._closed("commit")
-        return None if offsets is None else self._owned_offsets("commit", offsets)
+        return None if offsets is None else self._gate.owned_offsets("commit", offsets)
 
     def _commit_once(self, offsets: list[TopicPartition] | None, *, asynchronous: bool) -> list[TopicPartition] | None:
         """One commit of ``offsets`` (already filtered by :meth:`_committable`), lock held."""
@@ -612,14 +602,14 @@ class SafeConsumer(Consumer):
                 if not isinstance(message, Message):
                     raise TypeError(f"store_offsets() message must be a Message, got {type(message).__name__}")
                 key = TopicPartition(cast(str, message.topic()), cast(int, message.partition()))
-                if not self._owned_offsets("store_offsets", [key]):
+                if not self._gate.owned_offsets("store_offsets", [key]):
                     return
                 self._client.call(Consumer.store_offsets, message=message)
                 return
             if offsets is None:
                 raise TypeError("store_offsets() requires message or offsets")
             _partition_keys(offsets, "store_offsets")
-            kept = self._owned_offsets("store_offsets", offsets)
+            kept = self._gate.owned_offsets("store_offsets", offsets)
             if kept:
                 self._client.store(kept)
 

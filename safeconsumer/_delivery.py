@@ -1,4 +1,4 @@
-"""The delivery gate: what may leave ``poll()``/``consume()``, and which offsets may be stored.
+"""The delivery gate: what may leave ``poll()``/``consume()``, and which offsets may be written.
 
 At the moment a record would be returned it is checked against the partition table
 (:mod:`._partitions`):
@@ -184,6 +184,20 @@ class DeliveryGate:
         return self._table.release(limit) if self._table.maybe_releasable else []
 
     # -- offsets -------------------------------------------------------------------------
+    def owned_offsets(self, method: str, offsets: list[TopicPartition]) -> list[TopicPartition]:
+        """I7: the offsets of ``offsets`` a group member may write now (of partitions it owns).
+
+        The others are dropped, counted and logged: writing them would move another
+        member's position, or commit past records the next owner has not read.
+        """
+        owned = self._table.owned
+        kept = [tp for tp in offsets if (tp.topic, tp.partition) in owned]
+        dropped = len(offsets) - len(kept)
+        if dropped:
+            self._table.offsets_dropped += dropped
+            logger.warning("%s(): dropped %d offset(s) of partitions this consumer does not own", method, dropped)
+        return kept
+
     def flush(self, *, force: bool = False) -> None:
         """Store the offsets of what was processed, when due (``force``: now).
 

@@ -84,6 +84,15 @@ def classify(error: KafkaError, group_id: str) -> FatalConsumerError | None:
             kafka_error=error,
             group_id=group_id,
         )
+    if error.code() == KafkaError.FENCED_INSTANCE_ID:
+        # librdkafka raises a fatal error for it too, but reports the commit (or heartbeat)
+        # that met it with this code first.
+        return FatalConsumerError(
+            f"this member of group {group_id!r} was fenced: another member uses its group.instance.id "
+            f"({error.str()}); the consumer closed",
+            kafka_error=error,
+            group_id=group_id,
+        )
     if error.fatal() or error.code() == KafkaError._FATAL:
         return FatalConsumerError(
             f"fatal client error in group {group_id!r}: {error.str()}; the consumer closed",

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
-from ._client import RawClient
+from ._client import RawClient, group_generation
 from ._delivery import DeliveryGate
 from ._partitions import LeaveReason, PartitionTable
 from ._pause import Key, PauseLedger
@@ -45,28 +44,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("safeconsumer")
 
 RebalanceCallback = Callable[["SafeConsumer", list[TopicPartition]], object]
-
-
-def group_generation(consumer: Consumer) -> int | None:
-    """The group generation (classic) or member epoch (KIP-848) the consumer holds, if known.
-
-    Read from ``consumer_group_metadata()``, whose serialized form starts with ``CGMDv2:``
-    and the generation as an int32 in the host's byte order (librdkafka copies it as it is
-    in memory); None when that form is not recognised.
-    """
-    try:
-        data = bytes(Consumer.consumer_group_metadata(consumer))
-    except (KafkaException, RuntimeError, TypeError):
-        return None
-    magic = b"CGMDv2:"
-    if not data.startswith(magic) or len(data) < len(magic) + 4:
-        return None
-    return int.from_bytes(data[len(magic) : len(magic) + 4], sys.byteorder, signed=True)
-
-
-def _generation(consumer: Consumer) -> str:
-    generation = group_generation(consumer)
-    return "generation unknown" if generation is None else f"generation {generation}"
 
 
 def _keys(partitions: Iterable[TopicPartition]) -> list[Key]:
@@ -123,7 +100,7 @@ class Rebalancer:
             "assigned %d partition(s) (%s, %s), now owning %d, %d effectively paused",
             len(keys),
             self.protocol,
-            _generation(self._consumer),
+            self._generation(),
             len(self._table.owned),
             self._table.intent_paused,
         )
@@ -183,9 +160,13 @@ class Rebalancer:
             reason,
             len(keys),
             self.protocol,
-            _generation(self._consumer),
+            self._generation(),
             len(self._table.owned),
         )
+
+    def _generation(self) -> str:
+        generation = group_generation(self._consumer)
+        return "generation unknown" if generation is None else f"generation {generation}"
 
     @contextlib.contextmanager
     def _user_callback(self) -> Iterator[None]:

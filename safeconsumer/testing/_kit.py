@@ -343,7 +343,7 @@ def consumer_generation(consumer: Any) -> int:
 
     Read from ``consumer_group_metadata()``; -1 when not in a group.
     """
-    from .._rebalance import group_generation
+    from .._client import group_generation
 
     generation = group_generation(consumer)
     if generation is None:
