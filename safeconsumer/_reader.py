@@ -97,24 +97,53 @@ class Reader:
             wait = 0  # withheld or dropped: keep serving the caller without waiting again
 
     def consume(self, num_messages: int, timeout: float) -> list[Message]:
-        """consume(): withheld records released first, then read-ahead, then a real call."""
+        """consume(): withheld records released first, then read-ahead, then new records.
+
+        Every record is admitted *after* the last librdkafka call of this consume(): a call
+        may serve a rebalance, and a record admitted before it could belong to a partition
+        revoked by it (I2).
+        """
+        table = self._table
+        now = _monotonic()
+        self._come_back(now)
+        if table.maybe_releasable or table.ahead:
+            out = self._consume_waiting(num_messages, now)
+            if out:
+                table.outstanding = out
+                return out
+        epoch = table.epoch
+        msgs, errors = self._client.consume(num_messages, timeout)
+        self.last_call = _monotonic()
+        if not msgs:
+            return msgs
+        out = self._gate.admit_batch(msgs, unchanged=epoch == table.epoch, errors=errors)
+        if out:
+            table.outstanding = out
+        return out
+
+    def _consume_waiting(self, num_messages: int, now: float) -> list[Message]:
+        """consume() while records wait in the table: they go first, new ones queue behind them.
+
+        librdkafka is still called (without waiting) when the read-ahead cannot fill the
+        request or a real call is due, so its max.poll.interval.ms clock and rebalances are
+        served; what it returns joins the read-ahead.
+        """
         table, gate = self._table, self._gate
-        self._come_back(_monotonic())
-        released: list[Message] = gate.release(num_messages) if table.maybe_releasable else []
         ahead = table.ahead
-        if ahead and len(released) < num_messages:
-            take = [ahead.popleft() for _ in range(min(num_messages - len(released), len(ahead)))]
-            released += gate.admit_batch(take)
-        if len(released) < num_messages:
-            epoch = table.epoch
-            msgs, errors = self._client.consume(num_messages - len(released), 0 if released else timeout)
+        want = num_messages - len(ahead)
+        if want <= 0 and now - self.last_call >= self.real_call_every:
+            want = 1
+        if want > 0:
+            batch, _ = self._client.consume(want, 0)
             self.last_call = _monotonic()
-            if msgs:
-                out = gate.admit_batch(msgs, unchanged=epoch == table.epoch, errors=errors)
-                released = released + out if released else out
-        if released:
-            table.outstanding = released
-        return released
+            if batch:
+                ahead.extend(batch)
+                self._ahead_epoch = -1
+        out = gate.release(num_messages)
+        if ahead and len(out) < num_messages:
+            take = [ahead.popleft() for _ in range(min(num_messages - len(out), len(ahead)))]
+            out += gate.admit_batch(take)
+        return out
 
     def keep_alive(self) -> None:
         """One real call for the keepalive: serves rebalances and counts as alive for librdkafka.
