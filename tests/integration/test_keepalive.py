@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from safeconsumer import SafeConsumer
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
-from ..support import Received, checked_pump, keys, pump
+from ..support import Received, checked_poll, checked_pump, keys, pump
 
 MAX_POLL_MS = 3000  # the smallest librdkafka accepts is session.timeout.ms; tests keep it short
 WORK = 3 * MAX_POLL_MS / 1000 + 1  # "long work": more than three max.poll intervals
+AUTO_PARKED = "parked: keeping the member alive without consuming (auto)"  # logged by "safeconsumer"
 
 
 class Watch:
@@ -81,6 +86,71 @@ def test_manual_keepalive_keeps_the_member(kafka: KafkaTestKit, protocol: Protoc
     assert not [e for e in ra.errors if e.code() == KafkaError._MAX_POLL_EXCEEDED]
     a.close()
     peer.close()
+
+
+def _next_offsets(received: Received) -> list[TopicPartition]:
+    """The offset after the last record handed out, per partition: what the application commits."""
+    last: dict[tuple[str, int], int] = {}
+    for topic, partition, offset, _ in received.records:
+        last[(topic, partition)] = max(offset, last.get((topic, partition), -1))
+    return [TopicPartition(t, p, o + 1) for (t, p), o in sorted(last.items())]
+
+
+def test_a_manual_block_longer_than_keepalive_after_is_not_followed_by_an_automatic_park(
+    kafka: KafkaTestKit, protocol: Protocol, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A keepalive() block outlasting keepalive_after, then polling resumes: no automatic park follows.
+
+    The watchdog parks an application that stopped polling for keepalive_after; the time spent
+    inside a keepalive() block is not such a pause, so the application polling right after
+    the block must not be parked as if it had been idle all along.
+    """
+    after = 1.0
+    spans = InMemorySpanExporter()
+    tracers = TracerProvider()
+    tracers.add_span_processor(SimpleSpanProcessor(spans))
+    topic = kafka.create_topic(partitions=2)
+    kafka.produce(topic, 200, partitions=2)
+    conf = _conf(kafka, kafka.name("g"), protocol)
+    a, ra = SafeConsumer(conf, keepalive_after=after, tracer_provider=tracers), Received()
+    a.subscribe([topic])
+    checked_pump([(a, ra)], lambda: len(a.assignment()) == 2 and len(ra.records) >= 20, timeout=30, what="A reads")
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    with a.keepalive():
+        entered = time.monotonic()
+        # The application's long work, without a poll: longer than keepalive_after.
+        wait_until(lambda: time.monotonic() - entered >= 2 * after, timeout=4 * after, what="the long work")
+        assert a.parked
+        # From here on: whatever parks the consumer after the block is seen.
+        logged, back_ns = len(caplog.records), time.time_ns()
+    back = time.monotonic()
+    # Done with its work, the application commits what it processed and polls again, every 0.05 s.
+    a.commit(offsets=_next_offsets(ra), asynchronous=False)
+    parked_at: list[float] = []
+    while time.monotonic() - back < 2 * after:
+        if a.parked:
+            parked_at.append(round(time.monotonic() - back, 2))
+        checked_poll(a, ra, 0.05)
+    auto_logs = [
+        r.getMessage()
+        for r in caplog.records[logged:]
+        if r.name.partition(".")[0] == "safeconsumer" and r.getMessage() == AUTO_PARKED
+    ]
+    auto_spans = [
+        s
+        for s in spans.get_finished_spans()
+        if s.name == "safeconsumer keepalive"
+        and (s.attributes or {}).get("safeconsumer.keepalive.mode") == "auto"
+        and (s.start_time or 0) >= back_ns
+    ]
+    assert not parked_at and not auto_logs and not auto_spans, (
+        f"parked automatically while the application polled after the block: seen parked at {parked_at[:5]} s "
+        f"after it, logged {auto_logs}, {len(auto_spans)} automatic keepalive span(s)"
+    )
+    checked_pump([(a, ra)], lambda: len(ra.records) >= 200, timeout=30, what="all 200")
+    assert sorted(ra.ids()) == list(range(200))
+    a.close()
+    tracers.shutdown()
 
 
 def _peer_takes_over(peer: Consumer, rp: Received) -> None:
