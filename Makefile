@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs lint typecheck check bench clean
+.PHONY: demo test docs lint typecheck check bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.throughput
+
+## make soak: member processes started, killed and terminated at random, under every protocol
+## (SOAK_SECONDS of chaos each, default 180); fails on any lost record or invariant violation
+SOAK_SECONDS ?= 180
+soak: $(STAMP)
+	$(PY) -m tests.soak.run --seconds $(SOAK_SECONDS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
