@@ -11,19 +11,34 @@ consumer process's CPU time per record (user+system of this process, which inclu
 librdkafka's threads): wall-clock throughput on a small machine is dominated by fetch
 stalls of the shared broker, CPU per record shows what the wrapper itself costs.
 
+Then two more side-by-side measurements, in the same alternating order:
+
+- time to first record: from ``subscribe()`` to the first record ``poll()`` returns, each
+  round in a fresh group (the group join dominates it); the median over ``--rounds`` rounds
+  and the median ratio safe/raw;
+- peak RSS: a child process per contender reads ``--rss-records`` records with
+  ``consume(500)`` in a fresh group and reports its peak resident set size (``VmHWM``, see
+  :mod:`benchmarks._rss_child`; the raw child never imports safeconsumer). Median over
+  ``--rss-rounds`` rounds and the median ratio safe/raw.
+
     python -m benchmarks.throughput [--records 1000000] [--rounds 5] [--otel]
+                                    [--measure throughput|first-record|rss ...]
+                                    [--rss-records N] [--rss-rounds 3]
 
 ``--otel`` adds a third contender: SafeConsumer with an OpenTelemetry SDK meter provider
 (an in-memory metric reader attached, so per-partition consumed counts are kept) and an SDK
-tracer provider.
+tracer provider. ``--measure`` (repeatable) runs only the measurements named; default all.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from confluent_kafka import Consumer
 
@@ -31,6 +46,11 @@ from safeconsumer import SafeConsumer
 from safeconsumer.testing import KafkaTestKit, start_broker, unique_name
 
 Factory = Callable[[dict[str, object]], Consumer]
+
+ROOT = Path(__file__).resolve().parents[1]
+MEASUREMENTS = ("throughput", "first-record", "rss")
+#: A child that has not read its records by then is killed and the run fails.
+RSS_CHILD_TIMEOUT = 600.0
 
 
 def _read_all(make: Factory, conf: dict[str, object], topic: str, n: int, mode: str) -> tuple[float, float]:
@@ -56,6 +76,39 @@ def _read_all(make: Factory, conf: dict[str, object], topic: str, n: int, mode: 
         c.close()
 
 
+def _first_record(make: Factory, conf: dict[str, object], topic: str) -> float:
+    """Seconds from ``subscribe()`` to the first record ``poll()`` returns (construction excluded)."""
+    c = make(conf)
+    try:
+        started = time.perf_counter()
+        c.subscribe([topic])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            msg = c.poll(0.1)
+            if msg is not None and msg.error() is None:
+                return time.perf_counter() - started
+        raise RuntimeError(f"no record of {topic} within 120 s of subscribe()")
+    finally:
+        c.close()
+
+
+def _peak_rss_mb(kind: str, bootstrap: str, topic: str, records: int, backoff_ms: int) -> float:
+    """Run one :mod:`benchmarks._rss_child` reading ``records`` records; its peak RSS in MiB."""
+    cmd = [sys.executable, "-m", "benchmarks._rss_child", kind, bootstrap, topic, unique_name("rss")]
+    proc = subprocess.run(
+        [*cmd, str(records), str(backoff_ms)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=RSS_CHILD_TIMEOUT,
+        check=False,
+    )
+    fields = proc.stdout.split()
+    if proc.returncode != 0 or len(fields) != 2 or fields[0] != str(records):
+        raise RuntimeError(f"{kind} RSS child exited {proc.returncode} printing {proc.stdout.strip()!r}")
+    return int(fields[1]) / 1024
+
+
 def _with_sdk(conf: dict[str, object]) -> Consumer:
     """A SafeConsumer reporting to an OpenTelemetry SDK (metric reader attached, spans recorded)."""
     from opentelemetry.sdk.metrics import MeterProvider
@@ -77,7 +130,15 @@ def main() -> None:
         action="store_true",
         help="also run SafeConsumer with an OpenTelemetry SDK meter provider (in-memory reader) and tracer provider",
     )
+    parser.add_argument(
+        "--measure", action="append", choices=MEASUREMENTS, help="run only these measurements (repeatable)"
+    )
+    parser.add_argument("--rss-records", type=int, help="records each peak-RSS child reads (default --records)")
+    parser.add_argument("--rss-rounds", type=int, default=3, help="peak-RSS rounds (default 3)")
     args = parser.parse_args()
+    measure = set(args.measure or MEASUREMENTS)
+    if args.rss_records is not None and not 0 < args.rss_records <= args.records:
+        parser.error("--rss-records must be between 1 and --records (the records produced)")
     with start_broker() as broker:
         kit = KafkaTestKit(broker.bootstrap_servers, prefix="bench")
         topic = kit.create_topic(partitions=4)
@@ -87,7 +148,7 @@ def main() -> None:
         order: list[tuple[str, Factory]] = [("raw", Consumer), ("safe", SafeConsumer)]
         if args.otel:
             order.append(("otel", _with_sdk))
-        for mode in ("consume(500)", "poll()"):
+        for mode in ("consume(500)", "poll()") if "throughput" in measure else ():
             rates: dict[str, list[float]] = {name: [] for name, _ in order}
             cpus: dict[str, list[float]] = {name: [] for name, _ in order}
             for r in range(args.rounds):
@@ -116,7 +177,57 @@ def main() -> None:
                     f"{name} {statistics.median(cpus[name]):.2f} us",
                     flush=True,
                 )
+        if "first-record" in measure:
+            _first_records(broker.bootstrap_servers, topic, order, args)
+        if "rss" in measure:
+            _peak_rss(broker.bootstrap_servers, topic, order, args)
         kit.close()
+
+
+def _conf(bootstrap: str, backoff_ms: int) -> dict[str, object]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": unique_name("bench"),
+        "auto.offset.reset": "earliest",
+        "fetch.queue.backoff.ms": backoff_ms,
+    }
+
+
+def _first_records(bootstrap: str, topic: str, order: list[tuple[str, Factory]], args: argparse.Namespace) -> None:
+    label = "first record"
+    times: dict[str, list[float]] = {name: [] for name, _ in order}
+    for r in range(args.rounds):
+        for name, make in order if r % 2 == 0 else order[::-1]:
+            took = _first_record(make, _conf(bootstrap, args.fetch_queue_backoff_ms), topic)
+            times[name].append(took)
+            print(f"  {label:13} round {r + 1} {name:4}: {took * 1000:>10,.0f} ms from subscribe()")
+    for name, _ in order[1:]:
+        ratios = [s / r for s, r in zip(times[name], times["raw"], strict=True)]
+        print(
+            f"{label:13} raw median {statistics.median(times['raw']) * 1000:>8,.0f} ms  "
+            f"{name} median {statistics.median(times[name]) * 1000:>8,.0f} ms  "
+            f"median ratio {name}/raw {statistics.median(ratios):.2f}",
+            flush=True,
+        )
+
+
+def _peak_rss(bootstrap: str, topic: str, order: list[tuple[str, Factory]], args: argparse.Namespace) -> None:
+    label = "peak RSS"
+    records = args.rss_records or args.records
+    peaks: dict[str, list[float]] = {name: [] for name, _ in order}
+    for r in range(args.rss_rounds):
+        for name, _ in order if r % 2 == 0 else order[::-1]:
+            peak = _peak_rss_mb(name, bootstrap, topic, records, args.fetch_queue_backoff_ms)
+            peaks[name].append(peak)
+            print(f"  {label:13} round {r + 1} {name:4}: {peak:>8,.1f} MiB reading {records:,} records in a child")
+    for name, _ in order[1:]:
+        ratios = [s / r for s, r in zip(peaks[name], peaks["raw"], strict=True)]
+        print(
+            f"{label:13} raw median {statistics.median(peaks['raw']):>8,.1f} MiB  "
+            f"{name} median {statistics.median(peaks[name]):>8,.1f} MiB  "
+            f"median ratio {name}/raw {statistics.median(ratios):.2f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@ production choice); the test suite covers range and KIP-848 as well.
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -25,6 +27,7 @@ from safeconsumer.testing import KafkaTestKit, Protocol, start_broker
 
 Make = Callable[..., Consumer]
 PROTOCOL: Protocol = "cooperative-sticky"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _say(text: str) -> None:
@@ -195,7 +198,41 @@ def long_processing(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
     return f"{what}; {callbacks} rebalance callbacks at the peer; {redone} records redone", not evicted
 
 
-# -- 5. GROUP_MAX_SIZE_REACHED -----------------------------------------------------------------------
+# -- 5. a process dies while working on a consume() batch ------------------------------------------
+def dies_mid_batch(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
+    """A worker takes a consume(100) batch, finishes 10, dies on the 11th. Who gets the other 90?"""
+    topic = kit.create_topic(partitions=1)
+    kit.produce(topic, 200, partitions=1)
+    group = kit.name("g")
+    kind = "safe" if isinstance(make, type) and issubclass(make, SafeConsumer) else "raw"
+    args = [kind, kit.bootstrap_servers, topic, group, PROTOCOL]
+    worker = subprocess.run(
+        [sys.executable, "-m", "examples.batch_worker", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    fields = worker.stdout.split()
+    if worker.returncode != 1 or len(fields) < 2 or fields[0] != "U":
+        return f"the worker did not get a batch of more than 10 records (exit {worker.returncode})", False
+    unfinished = {int(o) for o in fields[1:]}
+    # A fresh consumer in the group (the dead worker's session has to time out first) reads to the end.
+    nxt = make(kit.consumer_conf(group, PROTOCOL))
+    nxt.subscribe([topic])
+    got: set[int] = set()
+    reached_end = _poll_until([nxt], lambda: 199 in got, 45, lambda _c, m: got.add(m.offset()))
+    nxt.close()
+    if not reached_end:
+        return f"the next owner did not read to the end within 45 s ({len(got)} records)", False
+    skipped = len(unfinished - got)
+    if skipped:
+        return f"skips {skipped} of {len(unfinished)} unfinished records", False
+    return f"0 skipped: the next owner gets all {len(unfinished)} unfinished records", True
+
+
+# -- 6. GROUP_MAX_SIZE_REACHED -----------------------------------------------------------------------
 def group_full(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
     """A third member joins a group at group.max.size=2. How long until it fails?"""
     topic = kit.create_topic(partitions=3)
@@ -230,6 +267,7 @@ SCENARIOS: list[tuple[str, Callable[[KafkaTestKit, Make], tuple[str, bool]]]] = 
     ("stale pause after revoke/re-assign", stale_pause),
     ("paused partition's records after rebalance", paused_records_after_rebalance),
     ("processing > max.poll.interval.ms", long_processing),
+    ("process dies while working on a consume() batch (auto-commit defaults)", dies_mid_batch),
 ]
 
 
