@@ -91,7 +91,7 @@ def test_the_last_record_popped_from_the_lane_is_outstanding() -> None:
     assert table.unprocessed_floor() == {A0: 1}
     table.unlane()  # e.g. a pause from another thread
     assert [m.offset() for m in table.ahead] == [2, 3]
-    assert table.outstanding is not None and table.outstanding.offset() == 1
+    assert isinstance(table.outstanding, Message) and table.outstanding.offset() == 1
     assert table.unprocessed_floor() == {A0: 1}
     assert table.delivered == 2
     table.came_back()
