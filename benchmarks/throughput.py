@@ -193,41 +193,52 @@ def _conf(bootstrap: str, backoff_ms: int) -> dict[str, object]:
     }
 
 
-def _first_records(bootstrap: str, topic: str, order: list[tuple[str, Factory]], args: argparse.Namespace) -> None:
-    label = "first record"
-    times: dict[str, list[float]] = {name: [] for name, _ in order}
-    for r in range(args.rounds):
-        for name, make in order if r % 2 == 0 else order[::-1]:
-            took = _first_record(make, _conf(bootstrap, args.fetch_queue_backoff_ms), topic)
-            times[name].append(took)
-            print(f"  {label:13} round {r + 1} {name:4}: {took * 1000:>10,.0f} ms from subscribe()")
-    for name, _ in order[1:]:
-        ratios = [s / r for s, r in zip(times[name], times["raw"], strict=True)]
+def _side_by_side(
+    label: str,
+    names: list[str],
+    rounds: int,
+    measure: Callable[[str], float],
+    show: Callable[[float], str],
+) -> None:
+    """Measure every contender once per round (which goes first alternates), print each value,
+    then per contender the medians and the median ratio to raw."""
+    values: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            value = measure(name)
+            values[name].append(value)
+            print(f"  {label:13} round {r + 1} {name:4}: {show(value)}")
+    for name in names[1:]:
+        ratios = [s / r for s, r in zip(values[name], values["raw"], strict=True)]
         print(
-            f"{label:13} raw median {statistics.median(times['raw']) * 1000:>8,.0f} ms  "
-            f"{name} median {statistics.median(times[name]) * 1000:>8,.0f} ms  "
+            f"{label:13} raw median {show(statistics.median(values['raw']))}  "
+            f"{name} median {show(statistics.median(values[name]))}  "
             f"median ratio {name}/raw {statistics.median(ratios):.2f}",
             flush=True,
         )
+
+
+def _first_records(bootstrap: str, topic: str, order: list[tuple[str, Factory]], args: argparse.Namespace) -> None:
+    makers = dict(order)
+    _side_by_side(
+        "first record",
+        [name for name, _ in order],
+        args.rounds,
+        lambda name: _first_record(makers[name], _conf(bootstrap, args.fetch_queue_backoff_ms), topic),
+        lambda took: f"{took * 1000:>8,.0f} ms",
+    )
 
 
 def _peak_rss(bootstrap: str, topic: str, order: list[tuple[str, Factory]], args: argparse.Namespace) -> None:
-    label = "peak RSS"
     records = args.rss_records or args.records
-    peaks: dict[str, list[float]] = {name: [] for name, _ in order}
-    for r in range(args.rss_rounds):
-        for name, _ in order if r % 2 == 0 else order[::-1]:
-            peak = _peak_rss_mb(name, bootstrap, topic, records, args.fetch_queue_backoff_ms)
-            peaks[name].append(peak)
-            print(f"  {label:13} round {r + 1} {name:4}: {peak:>8,.1f} MiB reading {records:,} records in a child")
-    for name, _ in order[1:]:
-        ratios = [s / r for s, r in zip(peaks[name], peaks["raw"], strict=True)]
-        print(
-            f"{label:13} raw median {statistics.median(peaks['raw']):>8,.1f} MiB  "
-            f"{name} median {statistics.median(peaks[name]):>8,.1f} MiB  "
-            f"median ratio {name}/raw {statistics.median(ratios):.2f}",
-            flush=True,
-        )
+    print(f"  peak RSS: each contender reads {records:,} records in a child process")
+    _side_by_side(
+        "peak RSS",
+        [name for name, _ in order],
+        args.rss_rounds,
+        lambda name: _peak_rss_mb(name, bootstrap, topic, records, args.fetch_queue_backoff_ms),
+        lambda peak: f"{peak:>8,.1f} MiB",
+    )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -124,8 +124,19 @@ class RawClient:
             logger.debug("resume of leaving partition(s) reported %s", exc)
 
     def position(self, keys: Iterable[Key]) -> list[TopicPartition]:
-        result: list[TopicPartition] = self.call(Consumer.position, tps(keys))
+        return self.positions(tps(keys))
+
+    def positions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        result: list[TopicPartition] = self.call(Consumer.position, partitions)
         return result
+
+    def commit(self, offsets: list[TopicPartition] | None, *, asynchronous: bool) -> list[TopicPartition] | None:
+        """Commit ``offsets``, or (None) the stored offsets."""
+        if offsets is None:
+            result = self.call(Consumer.commit, asynchronous=asynchronous)
+        else:
+            result = self.call(Consumer.commit, offsets=offsets, asynchronous=asynchronous)
+        return cast("list[TopicPartition] | None", result)
 
     def store(self, offsets: list[TopicPartition]) -> None:
         self.call(Consumer.store_offsets, offsets=offsets)

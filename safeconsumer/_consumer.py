@@ -579,18 +579,7 @@ class SafeConsumer(Consumer):
 
     def _commit_once(self, offsets: list[TopicPartition] | None, *, asynchronous: bool) -> list[TopicPartition] | None:
         """One commit of ``offsets`` (already filtered by :meth:`_committable`), lock held."""
-        if offsets is None:
-            # A commit is the application coming back after what it holds (I8), unless it is
-            # made from a rebalance callback, which may run while the application still works.
-            if not self._rebalancer.in_callback:
-                self._table.came_back()
-            self._gate.flush(force=True)
-            result = self._client.call(Consumer.commit, asynchronous=asynchronous)
-        elif not offsets:
-            return None if asynchronous else []
-        else:
-            result = self._client.call(Consumer.commit, offsets=offsets, asynchronous=asynchronous)
-        return cast("list[TopicPartition] | None", result)
+        return self._gate.commit(offsets, asynchronous=asynchronous, came_back=not self._rebalancer.in_callback)
 
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         if self._state is _State.CLOSED:
@@ -625,12 +614,7 @@ class SafeConsumer(Consumer):
         if self._state is _State.CLOSED:
             raise self._closed("position")
         with self._lock:
-            positions: list[TopicPartition] = self._client.call(Consumer.position, partitions)
-            for tp in positions:
-                first = self._table.first_undelivered((tp.topic, tp.partition))
-                if first is not None:
-                    tp.offset = first
-            return positions
+            return self._gate.positions(partitions)
 
     def seek(self, partition: TopicPartition) -> None:
         if self._state is _State.CLOSED:

@@ -93,10 +93,10 @@ class DeliveryGate:
         key = (msg.topic(), msg.partition())
         if key in table.owned:
             if key not in table.paused:
-                return self._deliver_one(msg)
+                return table.deliver_one(msg)
             table.hold(key, msg)
         else:
-            table.purged["unowned"] += 1
+            table.dropped_unowned(1)
             logger.warning("dropped 1 record of unowned partition %s[%s]", key[0], key[1])
         return None
 
@@ -108,15 +108,7 @@ class DeliveryGate:
         """
         if msg.error() is not None:
             return msg
-        return self._deliver_one(msg)
-
-    def _deliver_one(self, msg: Message) -> Message:
-        table = self._table
-        table.delivered += 1
-        if table.consumed is not None:
-            table.consumed[(msg.topic(), msg.partition())] += 1
-        table.dirty = True
-        return msg
+        return self._table.deliver_one(msg)
 
     def fill_lane(self, msgs: list[Message], *, unchanged: bool, errors: bool = True) -> Message | None:
         """Admit a whole batch for poll()'s fast lane: its first record, or None if it cannot be.
@@ -173,7 +165,7 @@ class DeliveryGate:
             else:
                 unowned += 1
         if unowned:
-            table.purged["unowned"] += unowned
+            table.dropped_unowned(unowned)
             logger.warning("dropped %d record(s) of unowned partitions", unowned)
         if records:
             table.count_delivered(records)
@@ -194,9 +186,35 @@ class DeliveryGate:
         kept = [tp for tp in offsets if (tp.topic, tp.partition) in owned]
         dropped = len(offsets) - len(kept)
         if dropped:
-            self._table.offsets_dropped += dropped
+            self._table.refused_offsets(dropped)
             logger.warning("%s(): dropped %d offset(s) of partitions this consumer does not own", method, dropped)
         return kept
+
+    def commit(
+        self, offsets: list[TopicPartition] | None, *, asynchronous: bool, came_back: bool
+    ) -> list[TopicPartition] | None:
+        """One commit of ``offsets`` (already through :meth:`owned_offsets`), or of the stored offsets.
+
+        ``came_back``: the commit is the application coming back after what it holds (I8), so
+        that is processed and stored first; a commit from a rebalance callback is not (it may
+        run on the keepalive thread while the application still works).
+        """
+        if offsets is None:
+            if came_back:
+                self._table.came_back()
+            self.flush(force=True)
+        elif not offsets:
+            return None if asynchronous else []
+        return self._client.commit(offsets, asynchronous=asynchronous)
+
+    def positions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """``position()`` as the application sees it: after the last record *it* received."""
+        positions = self._client.positions(partitions)
+        for tp in positions:
+            first = self._table.first_undelivered((tp.topic, tp.partition))
+            if first is not None:
+                tp.offset = first
+        return positions
 
     def flush(self, *, force: bool = False) -> None:
         """Store the offsets of what was processed, when due (``force``: now).
@@ -216,7 +234,7 @@ class DeliveryGate:
         owned = table.owned
         # Records still pending (lane, outstanding) will be handed out or processed later:
         # the offsets stored now are behind them, so a later flush must store again.
-        table.dirty = table.pending
+        table.stored()
         if not owned:
             return
         floor = table.unprocessed_floor()
@@ -233,7 +251,7 @@ class DeliveryGate:
                 if tp.offset < 0 or tp.offset == target:
                     offsets.append(TopicPartition(tp.topic, tp.partition, target))
                     continue
-                state.seek_target = None  # type: ignore[union-attr]
+                table.seek_passed(key)
             if tp.offset >= 0:
                 offsets.append(tp)
         if offsets:

@@ -22,9 +22,11 @@ Glossary (the words the rest of the core uses):
   offset); it is the partition's stored offset until a record past it is delivered.
 
 Every change goes through a named transition (``assigned``, ``left``, ``to_limbo``,
-``seeked``, ``set_paused``, ``hold``, ``release``, ``unlane``, ``came_back``, ``cleared``);
-none of them talks to Kafka. Callers hold the consumer's lock, except where a method says
-otherwise (the lane is popped without it).
+``seeked``, ``seek_passed``, ``set_paused``, ``flags_applied``, ``hold``, ``release``,
+``deliver_one``, ``count_delivered``, ``fill_lane``, ``unlane``, ``handed_out``, ``came_back``,
+``stored``, ``dropped_unowned``, ``refused_offsets``, ``cleared``); none of them talks to
+Kafka. Callers hold the consumer's lock; the one exception is ``poll()`` popping the lane
+(see :meth:`PartitionTable.unlane`).
 """
 
 from __future__ import annotations
@@ -232,6 +234,12 @@ class PartitionTable:
         self.intent_paused = intent
         self.maybe_releasable = any(s.held for s in self.owned.values())
 
+    def flags_applied(self, keys: Iterable[Key], *, paused: bool) -> None:
+        """librdkafka was told to pause (or resume) these owned partitions."""
+        owned = self.owned
+        for key in keys:
+            owned[key].applied = paused
+
     def hold(self, key: Key, msg: Message) -> None:
         self.owned[key].held.append(msg)
         self.withheld += 1
@@ -255,6 +263,18 @@ class PartitionTable:
         return out
 
     # -- hand-out -----------------------------------------------------------------------------
+    def deliver_one(self, msg: Message) -> Message:
+        """One record handed out (the checked per-record path of poll())."""
+        self.delivered += 1
+        if self.consumed is not None:
+            self.consumed[(msg.topic(), msg.partition())] += 1
+        self.dirty = True
+        return msg
+
+    def dropped_unowned(self, count: int) -> None:
+        """Records of partitions not owned at the moment of return, dropped unseen (I2)."""
+        self.purged["unowned"] += count
+
     def count_delivered(self, msgs: list[Message]) -> None:
         self.delivered += len(msgs)
         if self.consumed is not None:
@@ -293,6 +313,10 @@ class PartitionTable:
         self.delivered -= len(taken)
         if self.consumed is not None:
             self.consumed.subtract(map(_key, taken))
+
+    def handed_out(self, out: Message | list[Message]) -> None:
+        """What a locked poll()/consume() returned: outstanding until the application comes back."""
+        self.outstanding = out
 
     def came_back(self) -> None:
         """The application came back after what it was handed: all of it counts as processed."""
@@ -335,6 +359,20 @@ class PartitionTable:
                 if offset is not None and (key not in floor or offset < floor[key]):
                     floor[key] = offset
         return floor
+
+    def stored(self) -> None:
+        """Offsets were just stored: another store is due only for what is still pending."""
+        self.dirty = self.pending
+
+    def seek_passed(self, key: Key) -> None:
+        """A record past the partition's seek target was delivered: its position rules again."""
+        state = self.owned.get(key)
+        if state is not None:
+            state.seek_target = None
+
+    def refused_offsets(self, count: int) -> None:
+        """Offsets of partitions not owned, refused by commit()/store_offsets() (I7)."""
+        self.offsets_dropped += count
 
     @property
     def pending(self) -> bool:

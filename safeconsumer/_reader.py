@@ -61,7 +61,7 @@ class Reader:
         if table.maybe_releasable:
             ready = gate.release(1)
             if ready:
-                table.outstanding = ready[0]
+                table.handed_out(ready[0])
                 return ready[0]
         ahead = table.ahead
         wait = timeout
@@ -92,7 +92,7 @@ class Reader:
                 trusted = table.epoch == epoch
             out = gate.admit_trusted(msg) if trusted and not table.paused else gate.admit(msg)
             if out is not None:
-                table.outstanding = out
+                table.handed_out(out)
                 return out
             wait = 0  # withheld or dropped: keep serving the caller without waiting again
 
@@ -109,7 +109,7 @@ class Reader:
         if table.maybe_releasable or table.ahead:
             out = self._consume_waiting(num_messages, now)
             if out:
-                table.outstanding = out
+                table.handed_out(out)
                 return out
         epoch = table.epoch
         msgs, errors = self._client.consume(num_messages, timeout)
@@ -118,7 +118,7 @@ class Reader:
             return msgs
         out = self._gate.admit_batch(msgs, unchanged=epoch == table.epoch, errors=errors)
         if out:
-            table.outstanding = out
+            table.handed_out(out)
         return out
 
     def _consume_waiting(self, num_messages: int, now: float) -> list[Message]:

@@ -267,12 +267,10 @@ class Rebalancer:
         to_resume = [k for k, s in owned.items() if s.applied and k not in effective]
         if to_pause:
             self._client.pause(to_pause)
-            for k in to_pause:
-                owned[k].applied = True
+            self._table.flags_applied(to_pause, paused=True)
         if to_resume:
             self._client.resume(to_resume, leaving=True)
-            for k in to_resume:
-                owned[k].applied = False
+            self._table.flags_applied(to_resume, paused=False)
 
     def _tell_table(self) -> tuple[frozenset[Key], frozenset[Key]]:
         """Give the table the effective paused set: (the user's, what is paused incl. parking)."""
