@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
+import inspect
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Literal, NoReturn, cast, overload
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, NoReturn, TypeVar, cast, overload
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from opentelemetry.metrics import MeterProvider
@@ -48,7 +52,7 @@ from ._errors import (
 )
 from ._keepalive import KeepaliveMode, Keeper
 from ._partitions import PartitionTable
-from ._pause import Key, PauseLedger, PauseState, keys_of, parse_topic_entries, subscription_can_match
+from ._pause import Key, PauseLedger, PauseState, parse_topic_entries, subscription_can_match
 from ._reader import Reader
 from ._rebalance import RebalanceCallback, Rebalancer
 from ._retry import CommitRetry
@@ -56,11 +60,13 @@ from .otel import Telemetry
 
 logger = logging.getLogger("safeconsumer")
 
-_TRUE = {"true", "1", "yes", "on"}
 
 FatalPolicy = Literal["raise", "exit"]
 
 _monotonic = time.monotonic
+
+#: Timeouts poll() takes as they are; anything else is first judged by upstream's poll().
+_TIMEOUT_TYPES = frozenset({int, float})
 
 _DEFAULT_COMMIT_RETRY = CommitRetry()
 
@@ -74,12 +80,23 @@ class _State(enum.Enum):
     """close() ran: every method but close() raises ConsumerClosedError."""
 
 
-def _conf_bool(value: object, default: bool) -> bool:
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in _TRUE
+def _librdkafka_bool(name: str, value: object) -> bool:
+    """A boolean setting as librdkafka reads it (true/t/1, false/f/0, any case), with its errors.
+
+    SafeConsumer changes this setting before librdkafka sees it, so it judges the
+    application's value itself, exactly as librdkafka would.
+    """
+    text = "" if value is None else str(value)
+    if not text:
+        raise KafkaException(
+            KafkaError(KafkaError._INVALID_ARG, f'Bool configuration property "{name}" cannot be set to empty value')
+        )
+    lowered = text.lower()
+    if lowered in ("true", "t", "1"):
+        return True
+    if lowered in ("false", "f", "0"):
+        return False
+    raise KafkaException(KafkaError(KafkaError._INVALID_ARG, f'Expected bool value for "{name}": true or false'))
 
 
 def _protocol_label(conf: Mapping[str, Any]) -> str:
@@ -121,11 +138,88 @@ def _positive(name: str, value: float | None, default: float) -> float:
     return float(value)
 
 
-def _partition_keys(partitions: object, method: str) -> list[Key]:
-    """Keys of a TopicPartition list, raising TypeError as confluent_kafka does for bad input."""
-    if not isinstance(partitions, list) or not all(isinstance(tp, TopicPartition) for tp in partitions):
-        raise TypeError(f"{method}() requires a list of TopicPartition, got {type(partitions).__name__}")
-    return [(tp.topic, tp.partition) for tp in partitions]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _upstream_arguments(method: _F) -> _F:
+    """Arguments that do not bind to the method are judged by upstream's own method.
+
+    confluent_kafka's methods are C functions with their own argument parser: a call with too
+    many, too few or unknown arguments gets its ``TypeError`` and message, and the few calls it
+    accepts (``assignment(1)``) its answer. A TypeError raised by the call itself (no frame of
+    ``method`` in its traceback) is such a binding error; one raised inside ``method`` is not.
+    """
+    upstream = getattr(Consumer, method.__name__)
+
+    @functools.wraps(method)
+    def wrapper(self: Consumer, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except TypeError as exc:
+            if exc.__traceback__ is None or exc.__traceback__.tb_next is not None:
+                raise
+        return upstream(self, *args, **kwargs)
+
+    return cast(_F, wrapper)
+
+
+def _given(**kwargs: Any) -> dict[str, Any]:
+    """The keyword arguments the caller gave (not None), to hand on to upstream as they were."""
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class _Committable:
+    offsets: list[TopicPartition] | None
+    refused: bool
+
+
+def _is_record(message: object) -> bool:
+    """A record that can be committed or stored as it is: upstream judges anything else."""
+    return (
+        isinstance(message, Message)
+        and message.error() is None
+        and message.topic() is not None
+        and message.partition() is not None
+        and message.offset() is not None
+    )
+
+
+def _valid_consume(num_messages: object, timeout: object) -> bool:
+    """Arguments upstream's consume() accepts (an int from 0 to 1M, a number)."""
+    # upstream reads num_messages as a C unsigned int (masked, as PyArg's "I" does), then checks it
+    return (
+        isinstance(num_messages, int)
+        and num_messages & 0xFFFFFFFF <= 1_000_000
+        and (hasattr(type(timeout), "__float__") or hasattr(type(timeout), "__index__"))
+    )
+
+
+def _is_partition_list(offsets: object) -> bool:
+    return isinstance(offsets, list) and all(isinstance(tp, TopicPartition) for tp in offsets)
+
+
+_NO_CONF: Any = object()  # SafeConsumer() given no config dict
+_NO_CALLBACK: Any = object()  # subscribe() given no callback (an explicit None is upstream's TypeError)
+
+
+class _WholeConsumer:
+    """The default of ``pause()``/``resume()``: no argument means the whole consumer."""
+
+    def __repr__(self) -> str:
+        return "<the whole consumer>"
+
+
+_WHOLE_CONSUMER: Any = _WholeConsumer()
+
+
+def _partition_keys(consumer: Consumer, partitions: object, method: str) -> list[Key]:
+    """Keys of a TopicPartition list; anything else is judged by upstream's ``method`` (it raises
+    its own TypeError before doing anything)."""
+    if not _is_partition_list(partitions):
+        getattr(Consumer, method)(consumer, partitions)
+        raise TypeError(f"{method}() requires a list of TopicPartition")  # pragma: no cover - upstream raised
+    return [(tp.topic, tp.partition) for tp in cast("list[TopicPartition]", partitions)]
 
 
 class _KeepaliveLink:
@@ -155,6 +249,8 @@ class _KeepaliveLink:
                 consumer._reader.keep_alive()
             except FatalConsumerError:
                 return False  # the consumer stopped itself; the application's next call raises
+            except Exception as exc:  # noqa: BLE001 - the application's callback: its next call raises it
+                consumer._deferred = exc
             return True
 
     def span_started(self, mode: str) -> Span:
@@ -173,11 +269,19 @@ class SafeConsumer(Consumer):
     arguments, never config keys.
     """
 
+    # What an instance whose subclass never called __init__ sees: a stopped consumer, whose
+    # calls upstream answers ("Consumer closed"), as it does for such a Consumer.
+    _state = _State.CLOSED
+    _fatal: FatalConsumerError | None = None
+    _group_id = ""
+    _lane: ClassVar[deque[Message]] = deque()  # never filled: an instance reads its table's lane
+    _deferred: BaseException | None = None
+
     def __init__(
         self,
-        conf: Mapping[str, Any] | None = None,
+        conf: Mapping[str, Any] = _NO_CONF,
         /,
-        *,
+        *more: Any,
         keepalive: KeepaliveMode = "auto",
         keepalive_after: float | None = None,
         keepalive_max: float | None = None,
@@ -210,24 +314,33 @@ class SafeConsumer(Consumer):
             default the global one (a no-op unless the application installed an SDK).
         :param tracer_provider: OpenTelemetry tracer provider for its spans; default the global one.
         """
-        if not isinstance(conf, Mapping) and conf is not None:
-            raise TypeError(f"SafeConsumer expects a config dict, got {type(conf).__name__}")
+        # The config is judged as confluent_kafka and librdkafka judge it, before anything else.
+        if more:
+            raise TypeError("expected tuple containing single dict")
+        if conf is _NO_CONF:
+            if not kwargs:
+                raise TypeError("expected configuration dict")
+            conf = {}
+        elif not isinstance(conf, dict):
+            raise TypeError("expected configuration dict")
         if keepalive not in ("auto", "off"):
             raise ValueError(f"keepalive must be 'auto' or 'off', got {keepalive!r}")
         if on_fatal not in ("raise", "exit"):
             raise ValueError(f"on_fatal must be 'raise' or 'exit', got {on_fatal!r}")
         if commit_retry is not None and not isinstance(commit_retry, CommitRetry):
             raise TypeError(f"commit_retry must be a CommitRetry or None, got {type(commit_retry).__name__}")
-        config: dict[str, Any] = {**(conf or {}), **kwargs}
+        _positive("keepalive_after", keepalive_after, 1.0)
+        _positive("keepalive_max", keepalive_max, 1.0)
+        config: dict[str, Any] = {**conf, **kwargs}
+        auto_store = _librdkafka_bool("enable.auto.offset.store", config.get("enable.auto.offset.store", True))
+        # The gate stores offsets itself, once records are processed (see _delivery).
+        config["enable.auto.offset.store"] = False
+        logger.debug("creating SafeConsumer with config %s", redact_config(config))
+        super().__init__(config)  # librdkafka judges every other setting here
         max_poll_s = float(config.get("max.poll.interval.ms", 300000)) / 1000
         after = _positive("keepalive_after", keepalive_after, max_poll_s / 2)
         ceiling = _positive("keepalive_max", keepalive_max, max_poll_s * 10)
         self._group_id = str(config.get("group.id", ""))
-        auto_store = _conf_bool(config.get("enable.auto.offset.store"), True)
-        # The gate stores offsets itself, once records are processed (see _delivery).
-        config["enable.auto.offset.store"] = False
-        logger.debug("creating SafeConsumer with config %s", redact_config(config))
-        super().__init__(config)
         self._lock = threading.RLock()
         self._state = _State.OPEN
         self._subscription: list[str] | None = None
@@ -240,7 +353,7 @@ class SafeConsumer(Consumer):
         self._gate = DeliveryGate(self._table, self._client, auto_store=auto_store)
         self._reader = Reader(self._client, self._table, self._gate, real_call_every=min(1.0, max_poll_s / 10))
         #: poll()'s fast lane (the table's; see Reader).
-        self._lane = self._table.lane
+        self._lane = self._table.lane  # type: ignore[misc]  # the instance's own, not the class default
         self._telemetry = Telemetry(self._group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
         self._telemetry.bind(self._table)
         self._rebalancer = Rebalancer(
@@ -260,10 +373,41 @@ class SafeConsumer(Consumer):
 
     # -- state ---------------------------------------------------------------------------
     def _closed(self, method: str) -> SafeConsumerError:
-        """The error a call on a stopped consumer raises: the fatal error that stopped it, if any."""
+        """The error an addition (``pause_topics``, ``paused``, ...) raises on a stopped consumer:
+        the fatal error that stopped it, else upstream's "Consumer closed" with the method named."""
         if self._fatal is not None:
             return self._fatal
-        return ConsumerClosedError(f"SafeConsumer for group {self._group_id!r} is closed: cannot call {method}()")
+        return ConsumerClosedError(
+            f"Consumer closed (SafeConsumer for group {self._group_id!r} is closed: cannot call {method}())"
+        )
+
+    def _raise_deferred(self) -> None:
+        """An exception a callback of the application raised on the keepalive thread: it reaches
+        the application from its next call, as it would have from the poll that served it."""
+        error, self._deferred = self._deferred, None
+        if error is not None:
+            raise error
+
+    def _closed_meanwhile(self) -> bool:
+        """Re-checked under the lock: another thread may have closed the consumer."""
+        return self._state is _State.CLOSED
+
+    def _stopped(self, method: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
+        """A confluent_kafka method called on a stopped (closed, or never initialised) consumer.
+
+        A fatal error that stopped it is raised again. Otherwise upstream's own method answers,
+        so its argument checks, errors and messages are upstream's; its RuntimeError
+        ("Consumer closed") becomes a ConsumerClosedError (a RuntimeError) with that message
+        as prefix and the method named.
+        """
+        if self._fatal is not None:
+            raise self._fatal
+        try:
+            return method(self, *args, **kwargs)
+        except RuntimeError as exc:
+            raise ConsumerClosedError(
+                f"{exc} (SafeConsumer for group {self._group_id!r} is closed: cannot call {name}())"
+            ) from None
 
     def _fail(self, fatal: FatalConsumerError, err: KafkaError) -> NoReturn:
         """Stop at once: no more joins or heartbeats, close, remember, apply the exit policy, raise.
@@ -293,30 +437,43 @@ class SafeConsumer(Consumer):
         raise self._fatal from KafkaException(err)
 
     # -- subscription --------------------------------------------------------------------
+    @_upstream_arguments
     def subscribe(
         self,
         topics: list[str],
-        on_assign: RebalanceCallback | None = None,
-        on_revoke: RebalanceCallback | None = None,
-        on_lost: RebalanceCallback | None = None,
+        on_assign: RebalanceCallback | None = _NO_CALLBACK,
+        on_revoke: RebalanceCallback | None = _NO_CALLBACK,
+        on_lost: RebalanceCallback | None = _NO_CALLBACK,
     ) -> None:
+        given = {
+            name: cb
+            for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost))
+            if cb is not _NO_CALLBACK
+        }
         if self._state is _State.CLOSED:
-            raise self._closed("subscribe")
-        for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost)):
-            if cb is not None and not callable(cb):
-                raise TypeError(f"{name} expects a callable, got {type(cb).__name__}")
+            self._stopped(Consumer.subscribe, "subscribe", topics, **given)
+            return
+        if not all(callable(cb) for cb in given.values()):
+            Consumer.subscribe(
+                self, topics, **cast("dict[str, Any]", given)
+            )  # upstream raises its TypeError ("... expects a callable")
+            raise TypeError("rebalance callbacks must be callable")  # pragma: no cover - upstream raised
         with self._lock:
             rb = self._rebalancer
             self._client.call(
                 Consumer.subscribe, topics, on_assign=rb.on_assign, on_revoke=rb.on_revoke, on_lost=rb.on_lost
             )
-            rb.user_on_assign, rb.user_on_revoke, rb.user_on_lost = on_assign, on_revoke, on_lost
+            rb.user_on_assign = given.get("on_assign")
+            rb.user_on_revoke = given.get("on_revoke")
+            rb.user_on_lost = given.get("on_lost")
             rb.subscribed = True
             self._subscription = list(topics)
 
+    @_upstream_arguments
     def unsubscribe(self) -> None:
         if self._state is _State.CLOSED:
-            raise self._closed("unsubscribe")
+            self._stopped(Consumer.unsubscribe, "unsubscribe")
+            return
         with self._lock:
             self._gate.flush(force=True)  # stored before unsubscribe (I9)
             self._client.call(Consumer.unsubscribe)
@@ -324,39 +481,71 @@ class SafeConsumer(Consumer):
             self._subscription = None
 
     # -- consuming -----------------------------------------------------------------------
-    def poll(self, timeout: float | None = None) -> Message | None:
+    def poll(self, *args: Any, **kwargs: Any) -> Message | None:
+        """``poll(timeout=-1)``: one record or error event, or None when ``timeout`` seconds pass."""
+        # The arguments are taken as given, so that a call upstream's parser would refuse reaches
+        # it exactly as written (its TypeError and message).
+        if kwargs or len(args) > 1:
+            return self._poll_unusual(args, kwargs)
+        timeout = args[0] if args else -1
         # The fast lane: records of a batch that was wholly deliverable when it arrived, not
         # yet handed out. Everything that could change that (a rebalance, pause, park, seek,
         # close) first takes the lane back under the lock; an atomic pop here either beat it
         # or finds the lane empty. The deadline keeps a real call reaching librdkafka.
         lane = self._lane
-        if lane and _monotonic() < self._reader.lane_until:
+        if lane and timeout.__class__ in _TIMEOUT_TYPES and _monotonic() < self._reader.lane_until:
             try:
                 return lane.popleft()
             except IndexError:
                 pass
+        if self._state is _State.CLOSED or timeout.__class__ not in _TIMEOUT_TYPES:
+            # Stopped, or a timeout upstream may refuse: upstream's own poll() answers first.
+            return self._poll_unusual(args, kwargs)
         # acquire/release rather than ``with``: the context-manager protocol costs as much
         # again as the lock itself.
         lock = self._lock
         lock.acquire()
         try:
-            if self._state is _State.CLOSED:
-                raise self._closed("poll")
+            if self._closed_meanwhile():
+                return cast("Message | None", self._stopped(Consumer.poll, "poll", timeout))
             keeper = self._keeper
             if keeper.auto_parked or not keeper.app_active:
                 keeper.app_is_back()
-            return self._reader.poll(-1.0 if timeout is None else timeout)
+            self._raise_deferred()
+            return self._reader.poll(float(cast(float, timeout)))
         finally:
             lock.release()
 
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+    def _poll_unusual(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Message | None:
         if self._state is _State.CLOSED:
-            raise self._closed("consume")
+            return cast("Message | None", self._stopped(Consumer.poll, "poll", *args, **kwargs))
+        if not args and kwargs.keys() == {"timeout"}:
+            return self.poll(kwargs["timeout"])
+        timeout = args[0] if len(args) == 1 and not kwargs else None
+        if timeout is None or not (hasattr(type(timeout), "__float__") or hasattr(type(timeout), "__index__")):
+            Consumer.poll(self, *args, **kwargs)  # raises upstream's TypeError
+            raise TypeError("poll() takes one number, timeout")  # pragma: no cover - upstream raised
+        return self.poll(float(timeout))
+
+    def consume(self, *args: Any, **kwargs: Any) -> list[Message]:
+        """``consume(num_messages=1, timeout=-1)``: up to ``num_messages`` records and error events."""
+        # The arguments are taken as given (see poll()); upstream judges any it would refuse.
+        named: dict[str, Any] = {}
+        if len(args) <= 2 and kwargs.keys() <= {"num_messages", "timeout"}:
+            named = dict(zip(("num_messages", "timeout"), args, strict=False))
+            named = {**named, **kwargs} if not named.keys() & kwargs.keys() else {"conflict": True}
+        num_messages, timeout = named.get("num_messages", 1), named.get("timeout", -1)
+        if self._state is _State.CLOSED:
+            return cast("list[Message]", self._stopped(Consumer.consume, "consume", *args, **kwargs))
+        if "conflict" in named or (not named and (args or kwargs)) or not _valid_consume(num_messages, timeout):
+            Consumer.consume(self, *args, **kwargs)  # raises upstream's TypeError or ValueError
+            raise TypeError("consume() takes num_messages and timeout")  # pragma: no cover - upstream raised
         with self._lock:
             keeper = self._keeper
             if keeper.auto_parked or not keeper.app_active:
                 keeper.app_is_back()
-            return self._reader.consume(num_messages, timeout)
+            self._raise_deferred()
+            return self._reader.consume(num_messages & 0xFFFFFFFF, timeout)
 
     def process(self, message: Message) -> contextlib.AbstractContextManager[Span]:
         """Trace your processing of one record: ``with consumer.process(msg): handle(msg)``.
@@ -398,36 +587,45 @@ class SafeConsumer(Consumer):
         return self._keeper.parked
 
     # -- assignment ------------------------------------------------------------------------
-    def assign(self, partitions: list[TopicPartition]) -> None:
+    @_upstream_arguments
+    def assign(self, partitions: list[TopicPartition], /) -> None:
         if self._state is _State.CLOSED:
-            raise self._closed("assign")
-        _partition_keys(partitions, "assign")
+            self._stopped(Consumer.assign, "assign", partitions)
+            return
+        _partition_keys(self, partitions, "assign")
         with self._lock:
             self._rebalancer.assign(partitions)
 
-    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+    @_upstream_arguments
+    def incremental_assign(self, partitions: list[TopicPartition], /) -> None:
         if self._state is _State.CLOSED:
-            raise self._closed("incremental_assign")
-        _partition_keys(partitions, "incremental_assign")
+            self._stopped(Consumer.incremental_assign, "incremental_assign", partitions)
+            return
+        _partition_keys(self, partitions, "incremental_assign")
         with self._lock:
             self._rebalancer.incremental_assign(partitions)
 
-    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+    @_upstream_arguments
+    def incremental_unassign(self, partitions: list[TopicPartition], /) -> None:
         if self._state is _State.CLOSED:
-            raise self._closed("incremental_unassign")
-        _partition_keys(partitions, "incremental_unassign")
+            self._stopped(Consumer.incremental_unassign, "incremental_unassign", partitions)
+            return
+        _partition_keys(self, partitions, "incremental_unassign")
         with self._lock:
             self._rebalancer.unassign(partitions)
 
+    @_upstream_arguments
     def unassign(self) -> None:
         if self._state is _State.CLOSED:
-            raise self._closed("unassign")
+            self._stopped(Consumer.unassign, "unassign")
+            return
         with self._lock:
             self._rebalancer.unassign(None)
 
+    @_upstream_arguments
     def assignment(self) -> list[TopicPartition]:
         if self._state is _State.CLOSED:
-            raise self._closed("assignment")
+            return cast("list[TopicPartition]", self._stopped(Consumer.assignment, "assignment"))
         with self._lock:
             result: list[TopicPartition] = self._client.call(Consumer.assignment)
             return result
@@ -447,7 +645,8 @@ class SafeConsumer(Consumer):
         return key in self._table.owned
 
     # -- pause ---------------------------------------------------------------------------
-    def pause(self, partitions: list[TopicPartition] | None = None) -> None:
+    @_upstream_arguments
+    def pause(self, partitions: list[TopicPartition] = _WHOLE_CONSUMER) -> None:
         """Pause ``partitions`` (partition marks), or with no argument the whole consumer.
 
         Marks are intent: they survive rebalances while the partition stays with this
@@ -455,17 +654,22 @@ class SafeConsumer(Consumer):
         """
         self._change_pause("pause", partitions, mark=True)
 
-    def resume(self, partitions: list[TopicPartition] | None = None) -> None:
+    @_upstream_arguments
+    def resume(self, partitions: list[TopicPartition] = _WHOLE_CONSUMER) -> None:
         """Clear the partition marks of ``partitions``, or with no argument the consumer mark.
 
         A topic or consumer mark still covering a partition keeps it paused.
         """
         self._change_pause("resume", partitions, mark=False)
 
-    def _change_pause(self, method: str, partitions: list[TopicPartition] | None, *, mark: bool) -> None:
+    def _change_pause(self, method: str, partitions: object, *, mark: bool) -> None:
+        whole = partitions is _WHOLE_CONSUMER
         if self._state is _State.CLOSED:
-            raise self._closed(method)
-        keys = None if partitions is None else keys_of(partitions)
+            if whole:
+                raise self._closed(method)  # the addition: pause()/resume() of the consumer
+            self._stopped(getattr(Consumer, method), method, partitions)
+            return
+        keys = None if whole else _partition_keys(self, partitions, method)
         with self._lock:
             if keys is None:
                 self._ledger.set_consumer(mark)
@@ -541,6 +745,7 @@ class SafeConsumer(Consumer):
     def commit(self, *, offsets: list[TopicPartition], asynchronous: Literal[True] = ...) -> None: ...
     @overload
     def commit(self, *, offsets: list[TopicPartition], asynchronous: Literal[False]) -> list[TopicPartition]: ...
+    @_upstream_arguments
     def commit(
         self,
         message: Message | None = None,
@@ -548,17 +753,24 @@ class SafeConsumer(Consumer):
         asynchronous: bool = True,
     ) -> list[TopicPartition] | None:
         if self._state is _State.CLOSED:
-            raise self._closed("commit")
-        if message is not None and offsets is not None:
-            raise TypeError("commit() takes message or offsets, not both")
+            return cast(
+                "list[TopicPartition] | None",
+                self._stopped(
+                    Consumer.commit, "commit", **_given(message=message, offsets=offsets), asynchronous=asynchronous
+                ),
+            )
         if message is not None:
-            if not isinstance(message, Message):
-                raise TypeError(f"commit() message must be a Message, got {type(message).__name__}")
-            if message.error() is not None:
-                raise TypeError("commit() cannot commit an error event")
+            if offsets is not None or not _is_record(message):
+                return cast(
+                    "list[TopicPartition] | None",
+                    self._upstream_rejects(Consumer.commit, message, offsets, asynchronous=asynchronous),
+                )
             offsets = [next_offset(message)]
-        if offsets is not None:
-            _partition_keys(offsets, "commit")
+        elif offsets is not None and not _is_partition_list(offsets):
+            return cast(
+                "list[TopicPartition] | None",
+                self._upstream_rejects(Consumer.commit, message, offsets, asynchronous=asynchronous),
+            )
         if asynchronous or self._commit_retry is None:
             with self._lock:
                 return self._commit_once(self._committable(offsets), asynchronous=asynchronous)
@@ -567,110 +779,170 @@ class SafeConsumer(Consumer):
         result: list[TopicPartition] | None = None
         for attempt in self._commit_retry.retrying():
             with attempt, self._lock:
-                offsets = self._committable(offsets)
-                result = self._commit_once(offsets, asynchronous=False)
+                committable = self._committable(offsets)
+                result = self._commit_once(committable, asynchronous=False)
+                offsets = committable.offsets
         return result
 
-    def _committable(self, offsets: list[TopicPartition] | None) -> list[TopicPartition] | None:
-        """The offsets of partitions owned now (None: the stored offsets). Call with the lock held."""
+    def _upstream_rejects(self, method: Callable[..., Any], message: object, offsets: object, **kwargs: Any) -> Any:
+        """Input upstream answers itself (both or neither argument, a wrong type, an error event, a
+        record without a partition or offset): its own checks raise its own errors, as they would
+        have, before anything is committed or stored. A message without a topic is refused here:
+        upstream crashes on it."""
+        crashes = method is Consumer.store_offsets or kwargs.get("asynchronous", True)
+        if crashes and isinstance(message, Message) and message.error() is None and message.topic() is None:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "the message has no topic: not a record"))
+        with self._lock:
+            return self._client.call(method, **_given(message=message, offsets=offsets), **kwargs)
+
+    def _committable(self, offsets: list[TopicPartition] | None) -> _Committable:
+        """What a commit may write now (None: the stored offsets). Call with the lock held.
+
+        I7: a group member never writes an offset of a partition it does not own; a consumer
+        that never subscribed commits what it is told, as confluent_kafka does.
+        """
         if self._state is _State.CLOSED:
             raise self._closed("commit")
-        return None if offsets is None else self._gate.owned_offsets("commit", offsets)
+        if offsets is None or not self._rebalancer.subscribed:
+            return _Committable(offsets, refused=False)
+        kept = self._gate.owned_offsets("commit", offsets)
+        return _Committable(kept, refused=len(kept) < len(offsets))
 
-    def _commit_once(self, offsets: list[TopicPartition] | None, *, asynchronous: bool) -> list[TopicPartition] | None:
-        """One commit of ``offsets`` (already filtered by :meth:`_committable`), lock held."""
-        return self._gate.commit(offsets, asynchronous=asynchronous, came_back=not self._rebalancer.in_callback)
+    def _commit_once(self, committable: _Committable, *, asynchronous: bool) -> list[TopicPartition] | None:
+        """One commit of what :meth:`_committable` let through, lock held."""
+        if committable.refused and not committable.offsets:
+            return None if asynchronous else []  # everything was refused: nothing to send
+        came_back = not self._rebalancer.in_callback
+        return self._gate.commit(committable.offsets, asynchronous=asynchronous, came_back=came_back)
 
+    @_upstream_arguments
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         if self._state is _State.CLOSED:
-            raise self._closed("store_offsets")
+            self._stopped(Consumer.store_offsets, "store_offsets", **_given(message=message, offsets=offsets))
+            return
+        # upstream's order: the arguments, their types, an error event; then the configuration.
+        if (
+            (message is None) == (offsets is None)
+            or (message is not None and (not isinstance(message, Message) or message.error() is not None))
+            or (offsets is not None and not _is_partition_list(offsets))
+        ):
+            self._upstream_rejects(Consumer.store_offsets, message, offsets)
+            return
+        if self._gate.auto_store:
+            # librdkafka runs with the store off underneath; with the application's setting on,
+            # upstream refuses a manual store: so do we.
+            raise KafkaException(
+                KafkaError(KafkaError._INVALID_ARG, "StoreOffsets failed: Local: Invalid argument or configuration")
+            )
+        if message is not None and not _is_record(message):
+            topic, partition = message.topic(), message.partition()
+            if self._rebalancer.subscribed and topic is not None and partition is not None:
+                with self._lock:  # I7 first: a member never stores for a partition it does not own
+                    if not self._gate.owned_offsets("store_offsets", [TopicPartition(topic, partition)]):
+                        return
+            self._upstream_rejects(Consumer.store_offsets, message, offsets)
+            return
         with self._lock:
-            if message is not None:
-                if offsets is not None:
-                    raise TypeError("store_offsets() takes message or offsets, not both")
-                if not isinstance(message, Message):
-                    raise TypeError(f"store_offsets() message must be a Message, got {type(message).__name__}")
-                key = TopicPartition(cast(str, message.topic()), cast(int, message.partition()))
-                if not self._gate.owned_offsets("store_offsets", [key]):
-                    return
-                self._client.call(Consumer.store_offsets, message=message)
+            if not self._rebalancer.subscribed:
+                self._client.call(Consumer.store_offsets, **_given(message=message, offsets=offsets))
                 return
-            if offsets is None:
-                raise TypeError("store_offsets() requires message or offsets")
-            _partition_keys(offsets, "store_offsets")
-            kept = self._gate.owned_offsets("store_offsets", offsets)
+            if message is not None:
+                key = TopicPartition(cast(str, message.topic()), cast(int, message.partition()))
+                if self._gate.owned_offsets("store_offsets", [key]):
+                    self._client.call(Consumer.store_offsets, message=message)
+                return
+            kept = self._gate.owned_offsets("store_offsets", cast("list[TopicPartition]", offsets))
             if kept:
                 self._client.store(kept)
 
+    @_upstream_arguments
     def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
         if self._state is _State.CLOSED:
-            raise self._closed("committed")
+            return cast("list[TopicPartition]", self._stopped(Consumer.committed, "committed", partitions, timeout))
         with self._lock:
             result: list[TopicPartition] = self._client.call(Consumer.committed, partitions, timeout)
             return result
 
+    @_upstream_arguments
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """As confluent_kafka's: the offset after the last record *the application* received."""
         if self._state is _State.CLOSED:
-            raise self._closed("position")
+            return cast("list[TopicPartition]", self._stopped(Consumer.position, "position", partitions))
         with self._lock:
             return self._gate.positions(partitions)
 
+    @_upstream_arguments
     def seek(self, partition: TopicPartition) -> None:
         if self._state is _State.CLOSED:
-            raise self._closed("seek")
+            self._stopped(Consumer.seek, "seek", partition)
+            return
         with self._lock:
             self._client.call(Consumer.seek, partition)
             # Withheld records of a rewound partition would be delivered out of order.
             self._table.seeked((partition.topic, partition.partition), partition.offset)
 
     # -- metadata and pass-through -------------------------------------------------------
+    @_upstream_arguments
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float = -1, cached: bool = False
     ) -> tuple[int, int]:
         if self._state is _State.CLOSED:
-            raise self._closed("get_watermark_offsets")
+            return cast(
+                "tuple[int, int]",
+                self._stopped(Consumer.get_watermark_offsets, "get_watermark_offsets", partition, timeout, cached),
+            )
         with self._lock:
             watermarks = self._client.call(Consumer.get_watermark_offsets, partition, timeout, cached)
             return cast("tuple[int, int]", watermarks)
 
+    @_upstream_arguments
     def offsets_for_times(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
         if self._state is _State.CLOSED:
-            raise self._closed("offsets_for_times")
+            return cast(
+                "list[TopicPartition]",
+                self._stopped(Consumer.offsets_for_times, "offsets_for_times", partitions, timeout),
+            )
         with self._lock:
             return cast("list[TopicPartition]", self._client.call(Consumer.offsets_for_times, partitions, timeout))
 
+    @_upstream_arguments
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         if self._state is _State.CLOSED:
-            raise self._closed("list_topics")
+            return self._stopped(Consumer.list_topics, "list_topics", topic, timeout)
         with self._lock:
             return self._client.call(Consumer.list_topics, topic, timeout)
 
+    @_upstream_arguments
     def cluster_id(self, timeout: float = -1) -> str:
         if self._state is _State.CLOSED:
-            raise self._closed("cluster_id")
+            return cast(str, self._stopped(Consumer.cluster_id, "cluster_id", timeout))
         with self._lock:
             return cast(str, self._client.call(Consumer.cluster_id, timeout))
 
+    @_upstream_arguments
     def memberid(self) -> str:
         if self._state is _State.CLOSED:
-            raise self._closed("memberid")
+            return cast(str, self._stopped(Consumer.memberid, "memberid"))
         with self._lock:
             return cast(str, self._client.call(Consumer.memberid))
 
+    @_upstream_arguments
     def consumer_group_metadata(self) -> Any:
         if self._state is _State.CLOSED:
-            raise self._closed("consumer_group_metadata")
+            return self._stopped(Consumer.consumer_group_metadata, "consumer_group_metadata")
         with self._lock:
             return self._client.call(Consumer.consumer_group_metadata)
 
+    @_upstream_arguments
     def set_sasl_credentials(self, username: str, password: str) -> None:
         if self._state is _State.CLOSED:
-            raise self._closed("set_sasl_credentials")
+            self._stopped(Consumer.set_sasl_credentials, "set_sasl_credentials", username, password)
+            return
         with self._lock:
             self._client.call(Consumer.set_sasl_credentials, username, password)
 
     # -- lifecycle -----------------------------------------------------------------------
+    @_upstream_arguments
     def close(self) -> None:
         """Leave the group and release the client. Calling it again does nothing. Any thread may call it."""
         if self._state is not _State.OPEN:
@@ -691,10 +963,26 @@ class SafeConsumer(Consumer):
                 self._state = _State.CLOSED
                 self._table.cleared()
 
+    @_upstream_arguments
     def __enter__(self) -> SafeConsumer:
-        if self._state is _State.CLOSED:
-            raise self._closed("__enter__")
+        if self._fatal is not None:
+            raise self._fatal
         return self
 
-    def __exit__(self, exc_type: object, exc_value: object, traceback: object) -> None:
+    @_upstream_arguments
+    def __exit__(self, exc_type: object, exc_value: object, traceback: object, /) -> None:
         self.close()
+
+
+def _poll_signature(self: SafeConsumer, timeout: float = -1) -> Message | None:
+    """The signature ``poll()`` shows: upstream's."""
+    return None
+
+
+def _consume_signature(self: SafeConsumer, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+    """The signature ``consume()`` shows: upstream's."""
+    return []
+
+
+SafeConsumer.poll.__signature__ = inspect.signature(_poll_signature)  # type: ignore[attr-defined]
+SafeConsumer.consume.__signature__ = inspect.signature(_consume_signature)  # type: ignore[attr-defined]

@@ -203,8 +203,6 @@ class DeliveryGate:
             if came_back:
                 self._table.came_back()
             self.flush(force=True)
-        elif not offsets:
-            return None if asynchronous else []
         return self._client.commit(offsets, asynchronous=asynchronous)
 
     def positions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
