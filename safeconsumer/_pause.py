@@ -19,8 +19,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import TopicPartition
-
 from ._errors import InvalidPauseRequest
 
 #: Partitions are keyed by ``(topic, partition)`` internally; TopicPartition is mutable.
@@ -43,22 +41,6 @@ class PauseState:
     """Partition marks, as ``(topic, partition)``."""
     effective: tuple[Key, ...]
     """The assigned partitions that are paused by any mark, sorted."""
-
-
-def keys_of(partitions: object, what: str = "partitions") -> list[Key]:
-    """Validate a list of TopicPartition and return their keys (order kept, duplicates dropped)."""
-    if isinstance(partitions, (str, bytes, TopicPartition)) or not isinstance(partitions, Iterable):
-        raise InvalidPauseRequest(f"{what} must be a list of TopicPartition, got {type(partitions).__name__}")
-    keys: dict[Key, None] = {}
-    for tp in partitions:
-        if not isinstance(tp, TopicPartition):
-            raise InvalidPauseRequest(f"{what} must be a list of TopicPartition, found {type(tp).__name__}")
-        if not tp.topic:
-            raise InvalidPauseRequest(f"{what}: a TopicPartition has an empty topic name")
-        if tp.partition < 0:
-            raise InvalidPauseRequest(f"{what}: {tp.topic}[{tp.partition}] is not a partition number")
-        keys[(tp.topic, tp.partition)] = None
-    return list(keys)
 
 
 def parse_topic_entries(topics: object) -> tuple[list[str], list[re.Pattern[str]]]:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from confluent_kafka import TopicPartition
 
 from safeconsumer import InvalidPauseRequest
-from safeconsumer._pause import PauseLedger, keys_of, parse_topic_entries, subscription_can_match
+from safeconsumer._pause import PauseLedger, parse_topic_entries, subscription_can_match
 
 ASSIGNED = [("orders", 0), ("orders", 1), ("orders-eu", 0), ("audit", 0)]
 
@@ -60,15 +59,6 @@ def test_snapshot_is_sorted_and_frozen() -> None:
 def test_bad_topic_entries_name_the_problem(entry: object, message: str) -> None:
     with pytest.raises(InvalidPauseRequest, match=re.escape(message)):
         parse_topic_entries(entry)
-
-
-def test_bad_partition_lists_name_the_problem() -> None:
-    with pytest.raises(InvalidPauseRequest, match="list of TopicPartition"):
-        keys_of("orders")
-    with pytest.raises(InvalidPauseRequest, match="found str"):
-        keys_of(["orders"])
-    with pytest.raises(TypeError):  # InvalidPauseRequest is also a TypeError, as confluent_kafka raises
-        keys_of([TopicPartition("", 0)])
 
 
 def test_subscription_can_never_match() -> None:
