@@ -777,9 +777,11 @@ class SafeConsumer(Consumer):
         # Synchronous: retried on coordinator errors. Ownership is checked before every attempt,
         # and what was dropped stays dropped: a partition that moved is never retried.
         result: list[TopicPartition] | None = None
+        with self._lock:
+            owned_at_first = set(self._table.owned)
         for attempt in self._commit_retry.retrying():
             with attempt, self._lock:
-                committable = self._committable(offsets)
+                committable = self._committable(offsets, owned_at_first)
                 result = self._commit_once(committable, asynchronous=False)
                 offsets = committable.offsets
         return result
@@ -795,17 +797,25 @@ class SafeConsumer(Consumer):
         with self._lock:
             return self._client.call(method, **_given(message=message, offsets=offsets), **kwargs)
 
-    def _committable(self, offsets: list[TopicPartition] | None) -> _Committable:
+    def _committable(
+        self, offsets: list[TopicPartition] | None, owned_at_first: set[Key] | None = None
+    ) -> _Committable:
         """What a commit may write now (None: the stored offsets). Call with the lock held.
 
         I7: a group member never writes an offset of a partition it does not own; a consumer
-        that never subscribed commits what it is told, as confluent_kafka does.
+        that never subscribed commits what it is told, as confluent_kafka does, except that a
+        retried commit never writes a partition it owned when the commit began and lost since.
         """
         if self._state is _State.CLOSED:
             raise self._closed("commit")
-        if offsets is None or not self._rebalancer.subscribed:
+        if offsets is None:
             return _Committable(offsets, refused=False)
-        kept = self._gate.owned_offsets("commit", offsets)
+        if self._rebalancer.subscribed:
+            kept = self._gate.owned_offsets("commit", offsets)
+        elif owned_at_first:
+            kept = self._gate.owned_offsets("commit", offsets, among=owned_at_first)
+        else:
+            return _Committable(offsets, refused=False)  # not a member: what it is told
         return _Committable(kept, refused=len(kept) < len(offsets))
 
     def _commit_once(self, committable: _Committable, *, asynchronous: bool) -> list[TopicPartition] | None:

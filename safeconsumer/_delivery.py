@@ -30,6 +30,7 @@ from confluent_kafka import Message, TopicPartition
 
 from ._client import RawClient
 from ._partitions import PartitionTable
+from ._pause import Key
 
 logger = logging.getLogger("safeconsumer")
 
@@ -176,14 +177,21 @@ class DeliveryGate:
         return self._table.release(limit) if self._table.maybe_releasable else []
 
     # -- offsets -------------------------------------------------------------------------
-    def owned_offsets(self, method: str, offsets: list[TopicPartition]) -> list[TopicPartition]:
+    def owned_offsets(
+        self, method: str, offsets: list[TopicPartition], *, among: set[Key] | None = None
+    ) -> list[TopicPartition]:
         """I7: the offsets of ``offsets`` a group member may write now (of partitions it owns).
 
         The others are dropped, counted and logged: writing them would move another
-        member's position, or commit past records the next owner has not read.
+        member's position, or commit past records the next owner has not read. ``among``:
+        only partitions in it are judged (the ones a retried commit owned when it began).
         """
         owned = self._table.owned
-        kept = [tp for tp in offsets if (tp.topic, tp.partition) in owned]
+        kept = [
+            tp
+            for tp in offsets
+            if (tp.topic, tp.partition) in owned or (among is not None and (tp.topic, tp.partition) not in among)
+        ]
         dropped = len(offsets) - len(kept)
         if dropped:
             self._table.refused_offsets(dropped)
