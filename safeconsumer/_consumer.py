@@ -351,7 +351,6 @@ class SafeConsumer(Consumer):
         self._table = PartitionTable()
         self._client = RawClient(self, self._group_id, self._fail)
         self._gate = DeliveryGate(self._table, self._client, auto_store=auto_store)
-        self._reader = Reader(self._client, self._table, self._gate, real_call_every=min(1.0, max_poll_s / 10))
         #: poll()'s fast lane (the table's; see Reader).
         self._lane = self._table.lane  # type: ignore[misc]  # the instance's own, not the class default
         self._telemetry = Telemetry(self._group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
@@ -365,6 +364,9 @@ class SafeConsumer(Consumer):
             telemetry=self._telemetry,
             incremental=_is_incremental(config),
             protocol=_protocol_label(config),
+        )
+        self._reader = Reader(
+            self._client, self._table, self._gate, self._rebalancer, real_call_every=min(1.0, max_poll_s / 10)
         )
         self._keeper = Keeper(_KeepaliveLink(self), mode=keepalive, after=after, ceiling=ceiling)
 
@@ -546,6 +548,18 @@ class SafeConsumer(Consumer):
                 keeper.app_is_back()
             self._raise_deferred()
             return self._reader.consume(num_messages & 0xFFFFFFFF, timeout)
+
+    def _give_back(self, result: Message | list[Message] | None) -> None:
+        """What a poll()/consume() returned that never reached the application (its asyncio caller
+        was cancelled, see :mod:`safeconsumer.aio`): not processed, handed out again first."""
+        msgs = result if isinstance(result, list) else [] if result is None else [result]
+        if not msgs:
+            return
+        with self._lock:
+            if self._state is _State.CLOSED:
+                return  # closed meanwhile: unprocessed, so never stored; the next owner reads them
+            self._table.given_back(msgs)
+            self._reader.untrust()
 
     def process(self, message: Message) -> contextlib.AbstractContextManager[Span]:
         """Trace your processing of one record: ``with consumer.process(msg): handle(msg)``.
@@ -964,14 +978,22 @@ class SafeConsumer(Consumer):
                 return
             self._state = _State.CLOSING
             self._rebalancer.closing = True
+            failed: BaseException | None = None
             try:
                 self._table.came_back()  # close() is the application coming back (I8)
                 self._gate.flush(force=True)
+                try:
+                    # A loss announced behind an error event read ahead: upstream's close serves it.
+                    self._rebalancer.run_pending()
+                except Exception as exc:  # noqa: BLE001 - the app's callback: raised once closed
+                    failed = exc
                 # librdkafka runs the final revoke callbacks (and the final auto-commit) here.
                 self._client.call(Consumer.close)
             finally:
                 self._state = _State.CLOSED
                 self._table.cleared()
+            if failed is not None:
+                raise failed
 
     @_upstream_arguments
     def __enter__(self) -> SafeConsumer:

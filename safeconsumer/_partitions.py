@@ -23,7 +23,7 @@ Glossary (the words the rest of the core uses):
 
 Every change goes through a named transition (``assigned``, ``left``, ``to_limbo``,
 ``seeked``, ``seek_passed``, ``set_paused``, ``flags_applied``, ``hold``, ``release``,
-``deliver_one``, ``count_delivered``, ``fill_lane``, ``unlane``, ``handed_out``, ``came_back``,
+``deliver_one``, ``count_delivered``, ``fill_lane``, ``unlane``, ``given_back``, ``handed_out``, ``came_back``,
 ``stored``, ``dropped_unowned``, ``refused_offsets``, ``cleared``); none of them talks to
 Kafka. Callers hold the consumer's lock; the one exception is ``poll()`` popping the lane
 (see :meth:`PartitionTable.unlane`).
@@ -313,6 +313,25 @@ class PartitionTable:
         self.delivered -= len(taken)
         if self.consumed is not None:
             self.consumed.subtract(map(_key, taken))
+
+    def given_back(self, msgs: list[Message]) -> None:
+        """What a poll()/consume() returned never reached the application (its asyncio caller was
+        cancelled): not delivered, not outstanding; each record goes back in front of what waits
+        for its partition (its withheld records, else the read-ahead), to be handed out again."""
+        self.unlane()
+        self.outstanding = None
+        for msg in reversed(msgs):
+            state = self.owned.get(_key(msg)) if msg.error() is None else None
+            if state is not None and state.held:
+                state.held.appendleft(msg)
+                self.withheld += 1
+                self.maybe_releasable = True
+            else:
+                self.ahead.appendleft(msg)
+        records = [m for m in msgs if m.error() is None]
+        self.delivered -= len(records)
+        if self.consumed is not None:
+            self.consumed.subtract(map(_key, records))
 
     def handed_out(self, out: Message | list[Message]) -> None:
         """What a locked poll()/consume() returned: outstanding until the application comes back."""

@@ -18,12 +18,16 @@ then, before anything new is handed out.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Message
 
 from ._client import RawClient
 from ._delivery import DeliveryGate
 from ._partitions import PartitionTable
+
+if TYPE_CHECKING:
+    from ._rebalance import Rebalancer
 
 #: How many records one poll() reads from librdkafka at most; the rest wait in the table.
 READ_AHEAD = 64
@@ -34,10 +38,23 @@ _monotonic = time.monotonic
 class Reader:
     """Reads records from librdkafka and hands them out through the gate."""
 
-    def __init__(self, client: RawClient, table: PartitionTable, gate: DeliveryGate, *, real_call_every: float):
+    def __init__(
+        self,
+        client: RawClient,
+        table: PartitionTable,
+        gate: DeliveryGate,
+        rebalancer: Rebalancer,
+        *,
+        real_call_every: float,
+    ):
         self._client = client
         self._table = table
         self._gate = gate
+        self._rebalancer = rebalancer
+        #: The error event that on_lost callbacks served by a read-ahead call wait behind, and
+        #: whether it has been handed out (they run when the application next calls).
+        self._behind: Message | None = None
+        self._due = False
         self.real_call_every = real_call_every
         #: When the application's poll()/consume() last reached librdkafka (the keepalive's idle clock).
         self.last_call = _monotonic()
@@ -49,6 +66,8 @@ class Reader:
     def _come_back(self, now: float) -> None:
         table = self._table
         table.came_back()
+        if self._rebalancer.pending:
+            self._run_due()
         gate = self._gate
         if table.dirty and now - gate.last_flush >= gate.flush_interval:
             gate.flush()
@@ -66,33 +85,47 @@ class Reader:
         ahead = table.ahead
         wait = timeout
         while True:
-            if not ahead or now - self.last_call >= self.real_call_every:
+            if ahead and now - self.last_call >= self.real_call_every:
                 epoch = table.epoch
-                batch, errors = client.consume(READ_AHEAD, 0)
+                batch, _ = self._read_ahead(READ_AHEAD)
                 now = self.last_call = _monotonic()
-                # Read while the assignment stood still: no record of it can be unowned.
-                unchanged = table.epoch == epoch
-                if batch and not ahead and not errors:
-                    first = gate.fill_lane(batch, unchanged=unchanged, errors=False)
-                    if first is not None:
-                        self.lane_until = now + self.real_call_every
-                        return first
-                ahead.extend(batch)
-                self._ahead_epoch = epoch if unchanged else -1
+                ahead.extend(batch)  # a revocation it served may have emptied the read-ahead
+                self._ahead_epoch = epoch if table.epoch == epoch else -1
             if ahead:
                 msg = ahead.popleft()
                 trusted = self._ahead_epoch == table.epoch
             else:
                 epoch = table.epoch
-                polled = client.poll(wait)
+                # The first event exactly as upstream's poll() takes it: callbacks queued
+                # before it are served now, those queued behind it by the next call.
+                polled = client.poll(0)
+                if polled is None and wait:
+                    polled = client.poll(wait)
                 now = self.last_call = _monotonic()
                 if polled is None:
                     return None
                 msg = polled
+                if msg.error() is None:
+                    batch, errors = self._read_ahead(READ_AHEAD - 1)
+                    if batch:
+                        now = self.last_call = _monotonic()
+                        # Read while the assignment stood still: no record of it can be unowned.
+                        unchanged = table.epoch == epoch
+                        batch.insert(0, msg)
+                        if not errors:
+                            first = gate.fill_lane(batch, unchanged=unchanged, errors=False)
+                            if first is not None:
+                                self.lane_until = now + self.real_call_every
+                                return first
+                        ahead.extend(batch)
+                        self._ahead_epoch = epoch if unchanged else -1
+                        msg = ahead.popleft()
                 trusted = table.epoch == epoch
             out = gate.admit_trusted(msg) if trusted and not table.paused else gate.admit(msg)
             if out is not None:
                 table.handed_out(out)
+                if out is self._behind:
+                    self._behind, self._due = None, True
                 return out
             wait = 0  # withheld or dropped: keep serving the caller without waiting again
 
@@ -110,6 +143,12 @@ class Reader:
             out = self._consume_waiting(num_messages, now)
             if out:
                 table.handed_out(out)
+                behind = self._behind
+                if behind is not None and any(m is behind for m in out):
+                    # upstream's consume() goes on serving after it, while there is room
+                    self._behind, self._due = None, True
+                    if len(out) < num_messages:
+                        self._run_due()
                 return out
         epoch = table.epoch
         msgs, errors = self._client.consume(num_messages, timeout)
@@ -134,7 +173,7 @@ class Reader:
         if want <= 0 and now - self.last_call >= self.real_call_every:
             want = 1
         if want > 0:
-            batch, _ = self._client.consume(want, 0)
+            batch, _ = self._read_ahead(want)
             self.last_call = _monotonic()
             if batch:
                 ahead.extend(batch)
@@ -145,6 +184,38 @@ class Reader:
             out += gate.admit_batch(take)
         return out
 
+    def _read_ahead(self, num_messages: int) -> tuple[list[Message], bool]:
+        """A read whose results wait in the table: ``consume(num_messages, 0)``.
+
+        librdkafka serves every callback queued among the events it returns, so an error
+        event and the loss it announces (``_MAX_POLL_EXCEEDED``, then the lost partitions)
+        are both served by this one call; upstream's poll() returns the error first and runs
+        ``on_lost`` in the next call. So the application's ``on_lost`` waits behind the last
+        error event read here (the partitions themselves leave at once), and runs when the
+        application next calls after that event was handed out.
+        """
+        rebalancer = self._rebalancer
+        rebalancer.reading_ahead = True
+        try:
+            batch, errors = self._client.consume(num_messages, 0)
+        finally:
+            rebalancer.reading_ahead = False
+        if rebalancer.pending:
+            last = next((m for m in reversed(batch) if m.error() is not None), None) if errors else None
+            if last is not None:
+                self._behind = last
+            elif self._behind is None:
+                rebalancer.run_pending()  # nothing queued before it: as if served in place
+        return batch, errors
+
+    def _run_due(self) -> None:
+        """Run the waiting on_lost callbacks once the error event before them was handed out."""
+        behind = self._behind
+        if behind is not None and not self._due and any(m is behind for m in self._table.ahead):
+            return
+        self._behind, self._due = None, False
+        self._rebalancer.run_pending()
+
     def keep_alive(self) -> None:
         """One real call for the keepalive: serves rebalances and counts as alive for librdkafka.
 
@@ -152,10 +223,14 @@ class Reader:
         included), for the application's next call. Parking paused every partition inside
         librdkafka, so that is little.
         """
-        batch, _ = self._client.consume(READ_AHEAD, 0)
+        batch, _ = self._read_ahead(READ_AHEAD)
         if batch:
             self._table.ahead.extend(batch)
             self._ahead_epoch = -1
+
+    def untrust(self) -> None:
+        """Records were put back into the read-ahead: check each one's ownership again."""
+        self._ahead_epoch = -1
 
     def idle_seconds(self) -> float:
         return _monotonic() - self.last_call

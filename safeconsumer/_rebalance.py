@@ -90,9 +90,15 @@ class Rebalancer:
         #: Inside on_assign, before or while the user's callback runs; and whether it assigned.
         self._in_assign = False
         self._assign_called = False
+        #: A read whose results wait in the table is running (see Reader._read_ahead).
+        self.reading_ahead = False
+        #: The application's on_lost callbacks waiting to run in librdkafka's order, each with
+        #: its partitions (which have already left): behind an error event read ahead.
+        self.pending: list[tuple[RebalanceCallback, list[TopicPartition]]] = []
 
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
+        self.run_pending()
         keys = _keys(partitions)
         with self._telemetry.rebalance("assigned", keys, self.protocol):
             self._on_assign(partitions, keys)
@@ -136,11 +142,27 @@ class Rebalancer:
         return TopicPartition(tp.topic, tp.partition, offset)
 
     def on_revoke(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
+        self.run_pending()
         self._leaving(partitions, self.user_on_revoke, "revoked")
 
     def on_lost(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         callback = self.user_on_lost if self.user_on_lost is not None else self.user_on_revoke
+        if self.reading_ahead and callback is not None:
+            # The partitions leave now (librdkafka unassigns them when this returns); the
+            # application hears of it in librdkafka's order, after events read before it.
+            self._leaving(partitions, None, "lost")
+            self.pending.append((callback, partitions))
+            return
+        self.run_pending()
         self._leaving(partitions, callback, "lost")
+
+    def run_pending(self) -> None:
+        """Run the waiting on_lost callbacks, in order (see :attr:`pending`)."""
+        pending = self.pending
+        while pending:
+            callback, partitions = pending.pop(0)
+            with self._user_callback():
+                callback(self._consumer, partitions)
 
     def _leaving(
         self, partitions: list[TopicPartition], callback: RebalanceCallback | None, reason: LeaveReason

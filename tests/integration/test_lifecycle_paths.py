@@ -323,7 +323,13 @@ def test_on_lost_drops_marks_and_withheld_records_and_commits_nothing_for_them(
     conf = kafka.consumer_conf(group, protocol, auto_commit_interval_ms=100, **_short_max_poll(protocol))
     a, ra = SafeConsumer(conf, keepalive="off"), Received()
     lost: list[set[tuple[str, int]]] = []
-    a.subscribe([topic, other], on_lost=lambda _c, partitions: lost.append(keys(partitions)))
+    moves: list[str] = []
+
+    def on_lost(_c: object, partitions: list[TopicPartition]) -> None:
+        lost.append(keys(partitions))
+        moves.append("lost")
+
+    a.subscribe([topic, other], on_lost=on_lost, on_assign=lambda _c, _p: moves.append("assigned"))
     a.pause_topics([other])
     before = _withhold(a, ra, topic)
     _wait_committed(kafka, group, topic, at=DELIVERED, member=(a, ra))
@@ -337,7 +343,8 @@ def test_on_lost_drops_marks_and_withheld_records_and_commits_nothing_for_them(
         )
         checked_pump([(a, ra)], lambda: lost, timeout=30, what="on_lost")
         assert (topic, 0) in lost[0]
-        assert not a.owns(_tp(topic))
+        # As upstream, the poll() that runs on_lost may also run the re-assignment.
+        assert not a.owns(_tp(topic)) or moves[-1] == "assigned", "the lost partition is owned without a new assignment"
         _assert_marks_after_rejoin(a, other, consumer=False)
         after = a.delivery_stats()
         assert after.held == 0, f"records of a lost partition are still withheld: {after}"
