@@ -1,0 +1,429 @@
+"""asyncio: :class:`SafeAIOConsumer`, the drop-in for ``confluent_kafka.aio.AIOConsumer``.
+
+``from safeconsumer.aio import SafeAIOConsumer as AIOConsumer`` migrates an asyncio app. The
+same constructor (``consumer_conf``, ``max_workers``, ``executor``) and the same coroutine
+methods as the installed ``AIOConsumer``, with a :class:`~safeconsumer.SafeConsumer` underneath
+(not a second copy of it): every invariant holds because every call is the SafeConsumer's.
+
+- **The loop is never blocked.** Every call runs on the executor's threads; a call waits there
+  (not on the loop) for the consumer's lock.
+- **Callbacks are coroutines**, run on the consumer's loop, as upstream requires: rebalance
+  callbacks get the SafeAIOConsumer; ``error_cb``, ``stats_cb``, ``throttle_cb`` and
+  ``on_commit`` are awaited too. A callback may await this consumer's own methods: those calls
+  run on the thread that is waiting for the callback (it holds the consumer's lock), so they
+  neither deadlock nor wait behind it.
+- **Cancellation loses nothing.** A ``poll()``/``consume()`` cancelled while librdkafka works
+  for it (``task.cancel()``, ``asyncio.timeout``) gives what it got back to the consumer: it
+  is handed out again first by the next call, and it was never counted as processed (I8).
+- ``async with consumer.keepalive():`` parks the consumer around a long ``await`` (I5); the
+  automatic keepalive keeps a member whose coroutine awaits something else for longer than
+  ``max.poll.interval.ms`` in its group.
+- ``close()`` stops the keepalive thread and shuts down the executor it created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+from confluent_kafka import Message, TopicPartition
+
+from ._consumer import SafeConsumer
+from ._errors import ConsumerClosedError
+from ._pause import PauseState
+
+__all__ = ["SafeAIOConsumer"]
+
+T = TypeVar("T")
+
+_TIMEOUT_TYPES = (int, float)
+_monotonic = time.monotonic
+
+#: The config callbacks librdkafka calls, which asyncio users write as coroutines.
+_CONF_CALLBACKS = ("error_cb", "throttle_cb", "stats_cb", "on_commit")
+
+
+class _Channel:
+    """Calls a callback coroutine makes on its own consumer, run by the thread waiting for it.
+
+    That thread holds the consumer's lock (librdkafka called the callback from inside a call),
+    so it must make them itself: any other thread would wait for the lock forever.
+    """
+
+    def __init__(self) -> None:
+        self.calls: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self.open = True
+
+    def serve_until(self, done: concurrent.futures.Future[Any]) -> Any:
+        done.add_done_callback(lambda _f: self.calls.put(None))
+        while True:
+            item = self.calls.get()
+            if item is None:
+                break
+            call, result = item
+            if result.set_running_or_notify_cancel():
+                try:
+                    result.set_result(call())
+                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                    result.set_exception(exc)
+        self.open = False
+        # Calls that raced with the end of the callback run here too, never dropped.
+        while True:
+            try:
+                item = self.calls.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None and item[1].set_running_or_notify_cancel():
+                try:
+                    item[1].set_result(item[0]())
+                except BaseException as exc:  # noqa: BLE001
+                    item[1].set_exception(exc)
+        return done.result()
+
+    async def run(self, call: Callable[[], T]) -> T:
+        result: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self.calls.put((call, result))
+        return await asyncio.wrap_future(result)
+
+
+#: Set while a callback coroutine of a SafeAIOConsumer runs (and in tasks it starts).
+_CHANNEL: contextvars.ContextVar[_Channel | None] = contextvars.ContextVar("safeconsumer_aio_channel", default=None)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, coroutine_function: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+    """A plain callable for librdkafka's threads that runs ``coroutine_function`` on ``loop``."""
+
+    def call(*args: Any) -> Any:
+        channel = _Channel()
+
+        async def run() -> Any:
+            _CHANNEL.set(channel)  # this task's own context: seen by the calls it makes
+            return await coroutine_function(*args)
+
+        if loop.is_closed():
+            raise RuntimeError("the event loop of this SafeAIOConsumer is closed: cannot run its callback")
+        return channel.serve_until(asyncio.run_coroutine_threadsafe(run(), loop))
+
+    return call
+
+
+class _Receive:
+    """One poll()/consume() in flight: who gets its result, the caller or (cancelled) the consumer."""
+
+    __slots__ = ("cancelled", "done", "lock", "result")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cancelled = False
+        self.done = False
+        self.result: Any = None
+
+
+class _Keepalive:
+    """``async with consumer.keepalive():`` (entering and leaving take the consumer's lock: off the loop)."""
+
+    def __init__(self, owner: SafeAIOConsumer) -> None:
+        self._owner = owner
+        self._block = owner._consumer.keepalive()
+
+    async def __aenter__(self) -> None:
+        await self._owner._run(self._block.__enter__)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._owner._run(functools.partial(self._block.__exit__, exc_type, exc, tb))
+
+
+class SafeAIOConsumer:
+    """An asyncio consumer with SafeConsumer's guarantees; drop-in for ``confluent_kafka.aio.AIOConsumer``.
+
+    Args:
+        consumer_conf: the librdkafka config, as for ``AIOConsumer`` (callbacks are coroutines).
+        max_workers: threads of the executor created when ``executor`` is None.
+        executor: run the consumer's calls on this executor (not shut down by ``close()``).
+        **options: SafeConsumer's keyword-only options (``keepalive``, ``on_fatal``, ...).
+
+    Must be created inside a running event loop, whose thread then runs the callbacks.
+    """
+
+    def __init__(
+        self,
+        consumer_conf: dict[str, Any],
+        max_workers: int = 100,
+        executor: concurrent.futures.Executor | None = None,
+        **options: Any,
+    ) -> None:
+        self._closed = False
+        self._owns_executor = executor is None
+        if executor is None:
+            if max_workers < 1:
+                raise ValueError("max_workers must be at least 1")
+            executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max_workers, thread_name_prefix="safeconsumer-aio"
+            )
+        self.executor = executor
+        self._loop = asyncio.get_running_loop()
+        #: Results of cancelled calls, given back before the next call (see _receive).
+        self._returned: deque[Any] = deque()
+        conf = dict(consumer_conf) if isinstance(consumer_conf, Mapping) else consumer_conf
+        if isinstance(conf, dict):
+            for name in _CONF_CALLBACKS:
+                if conf.get(name) is not None:
+                    conf[name] = _on_loop(self._loop, conf[name])
+            if conf.get("logger") is not None:
+                conf["logger"] = _LoopLogger(self._loop, conf["logger"])
+        self._consumer = SafeConsumer(conf, **options)
+
+    def __repr__(self) -> str:
+        return f"<SafeAIOConsumer of {self._consumer!r}>"
+
+    async def __aenter__(self) -> SafeAIOConsumer:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    # -- dispatch -------------------------------------------------------------------------------
+    def _check_open(self, name: str) -> None:
+        if self._closed:
+            fatal = self._consumer._fatal
+            if fatal is not None:
+                raise fatal
+            raise ConsumerClosedError(f"Consumer closed (SafeAIOConsumer is closed: cannot call {name}())")
+
+    async def _run(self, call: Callable[[], T]) -> T:
+        """``call`` off the loop: on the executor, or (from a callback) on the thread serving it."""
+        channel = _CHANNEL.get()
+        if channel is not None and channel.open:
+            return await channel.run(call)
+        return await self._loop.run_in_executor(self.executor, call)
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        self._check_open(name)
+        return await self._run(functools.partial(getattr(self._consumer, name), *args, **kwargs))
+
+    async def _receive(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """poll()/consume(): a result whose caller was cancelled goes back to the consumer."""
+        self._check_open(name)
+        consumer, receive = self._consumer, _Receive()
+        method = getattr(consumer, name)
+
+        def work() -> Any:
+            with consumer._lock:
+                self._give_back_returned()
+                result = method(*args, **kwargs)
+                with receive.lock:
+                    if receive.cancelled:
+                        consumer._give_back(result)
+                        return None
+                    receive.done, receive.result = True, result
+                return result
+
+        try:
+            return await self._run(work)
+        except asyncio.CancelledError:
+            with receive.lock:
+                receive.cancelled = True
+                if receive.done:  # it returned, but never reached the caller
+                    self._returned.append(receive.result)
+            raise
+
+    def _give_back_returned(self) -> None:
+        returned = self._returned
+        while returned:
+            self._consumer._give_back(returned.popleft())
+
+    # -- confluent_kafka.aio.AIOConsumer's methods --------------------------------------------
+    async def poll(self, *args: Any, **kwargs: Any) -> Message | None:
+        """``await poll(timeout=-1)``: one record or error event, or None.
+
+        A record of a batch SafeConsumer already read and found wholly deliverable (its fast
+        lane) is handed out here, on the loop, without a thread hop: no call into librdkafka,
+        no lock (see :meth:`SafeConsumer.poll`).
+        """
+        lane = self._consumer._lane
+        if (
+            lane
+            and not kwargs
+            and len(args) <= 1
+            and (not args or args[0].__class__ in _TIMEOUT_TYPES)
+            and not self._closed
+            and not self._returned
+            and _monotonic() < self._consumer._reader.lane_until
+        ):
+            try:
+                return lane.popleft()
+            except IndexError:
+                pass
+        result: Message | None = await self._receive("poll", args, kwargs)
+        return result
+
+    async def consume(self, *args: Any, **kwargs: Any) -> list[Message]:
+        """``await consume(num_messages=1, timeout=-1)``: up to ``num_messages`` records and events."""
+        result: list[Message] = await self._receive("consume", args, kwargs)
+        return result
+
+    async def subscribe(self, *args: Any, **kwargs: Any) -> None:
+        """``await subscribe(topics, on_assign=..., on_revoke=..., on_lost=...)``: callbacks are
+        coroutines and receive this SafeAIOConsumer."""
+        for name in ("on_assign", "on_revoke", "on_lost"):
+            callback = kwargs.get(name)
+            if callback is not None:
+                kwargs[name] = self._rebalance_callback(callback)
+        await self._call("subscribe", *args, **kwargs)
+
+    def _rebalance_callback(self, callback: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        def with_self(_consumer: SafeConsumer, partitions: list[TopicPartition]) -> Awaitable[Any]:
+            return callback(self, partitions)
+
+        return _on_loop(self._loop, with_self)
+
+    async def unsubscribe(self, *args: Any, **kwargs: Any) -> None:
+        await self._call("unsubscribe", *args, **kwargs)
+
+    async def commit(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("commit", *args, **kwargs)
+
+    async def close(self, *args: Any, **kwargs: Any) -> None:
+        """Leave the group and release the client; shuts down the executor it created."""
+        try:
+            if not self._closed:
+
+                def close() -> None:
+                    self._give_back_returned()
+                    self._consumer.close(*args, **kwargs)
+
+                await self._run(close)
+        finally:
+            self._closed = True
+            if self._owns_executor:
+                await self._shut_down_executor()
+
+    async def _shut_down_executor(self) -> None:
+        """Wait for the executor's threads to end, on a thread of its own (none is left behind)."""
+        loop, finished = self._loop, self._loop.create_future()
+
+        def shut_down() -> None:
+            self.executor.shutdown(wait=True)
+            loop.call_soon_threadsafe(finished.set_result, None)
+
+        closer = threading.Thread(target=shut_down, name="safeconsumer-aio-close", daemon=True)
+        closer.start()
+        await finished
+        closer.join()  # it has nothing left to do but end
+
+    async def seek(self, *args: Any, **kwargs: Any) -> None:
+        await self._call("seek", *args, **kwargs)
+
+    async def pause(self, *args: Any, **kwargs: Any) -> None:
+        """``await pause(partitions)``; ``await pause()`` marks the whole consumer."""
+        await self._call("pause", *args, **kwargs)
+
+    async def resume(self, *args: Any, **kwargs: Any) -> None:
+        await self._call("resume", *args, **kwargs)
+
+    async def store_offsets(self, *args: Any, **kwargs: Any) -> None:
+        await self._call("store_offsets", *args, **kwargs)
+
+    async def committed(self, *args: Any, **kwargs: Any) -> list[TopicPartition]:
+        result: list[TopicPartition] = await self._call("committed", *args, **kwargs)
+        return result
+
+    async def assign(self, *args: Any, **kwargs: Any) -> None:
+        await self._call("assign", *args, **kwargs)
+
+    async def unassign(self, *args: Any, **kwargs: Any) -> None:
+        await self._call("unassign", *args, **kwargs)
+
+    async def incremental_assign(self, *args: Any, **kwargs: Any) -> None:
+        await self._call("incremental_assign", *args, **kwargs)
+
+    async def incremental_unassign(self, *args: Any, **kwargs: Any) -> None:
+        await self._call("incremental_unassign", *args, **kwargs)
+
+    async def assignment(self, *args: Any, **kwargs: Any) -> list[TopicPartition]:
+        result: list[TopicPartition] = await self._call("assignment", *args, **kwargs)
+        return result
+
+    async def position(self, *args: Any, **kwargs: Any) -> list[TopicPartition]:
+        result: list[TopicPartition] = await self._call("position", *args, **kwargs)
+        return result
+
+    async def consumer_group_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("consumer_group_metadata", *args, **kwargs)
+
+    async def set_sasl_credentials(self, *args: Any, **kwargs: Any) -> None:
+        await self._call("set_sasl_credentials", *args, **kwargs)
+
+    async def list_topics(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("list_topics", *args, **kwargs)
+
+    async def cluster_id(self, *args: Any, **kwargs: Any) -> str:
+        result: str = await self._call("cluster_id", *args, **kwargs)
+        return result
+
+    async def get_watermark_offsets(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("get_watermark_offsets", *args, **kwargs)
+
+    async def offsets_for_times(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("offsets_for_times", *args, **kwargs)
+
+    # -- safeconsumer's additions ------------------------------------------------------------------
+    async def pause_topics(self, topics: list[str] | str) -> None:
+        """Mark topics (names, or ``^regex``) paused, for every partition now and later."""
+        await self._call("pause_topics", topics)
+
+    async def resume_topics(self, topics: list[str] | str) -> None:
+        await self._call("resume_topics", topics)
+
+    async def paused(self) -> list[TopicPartition]:
+        """The effective paused set of the current assignment."""
+        result: list[TopicPartition] = await self._call("paused")
+        return result
+
+    async def pause_state(self) -> PauseState:
+        result: PauseState = await self._call("pause_state")
+        return result
+
+    async def owns(self, message_or_partition: Message | TopicPartition) -> bool:
+        """Whether this consumer owns the record's (or the partition's) partition right now."""
+        result: bool = await self._call("owns", message_or_partition)
+        return result
+
+    def keepalive(self) -> _Keepalive:
+        """``async with consumer.keepalive(): await long_work()``: stays in the group, no records."""
+        self._check_open("keepalive")
+        return _Keepalive(self)
+
+    def process(self, message: Message) -> Any:
+        """``with consumer.process(msg): ...``: the processing span (no call into librdkafka)."""
+        return self._consumer.process(message)
+
+    @property
+    def consumer(self) -> SafeConsumer:
+        """The SafeConsumer underneath (call it only from a thread that may block)."""
+        return self._consumer
+
+
+class _LoopLogger:
+    """A ``logger`` for librdkafka's threads that logs on the consumer's loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, logger: logging.Logger) -> None:
+        self._loop = loop
+        self._logger = logger
+
+    def log(self, *args: Any, **kwargs: Any) -> None:
+        self._loop.call_soon_threadsafe(functools.partial(self._logger.log, *args, **kwargs))

@@ -1,0 +1,243 @@
+"""SafeAIOConsumer against the real broker, under every protocol (issue: asyncio drop-in).
+
+Each test runs its coroutine with ``asyncio.run``; the loop's responsiveness is measured by a
+ticker task where it matters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.aio import AIOConsumer
+
+from safeconsumer.aio import SafeAIOConsumer
+from safeconsumer.testing import KafkaTestKit, Protocol
+
+from ..support import Received
+
+
+async def _until(condition: Callable[[], Awaitable[bool]], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+
+
+def test_every_aioconsumer_method_is_there_with_its_signature() -> None:
+    """Fails when the installed AIOConsumer gains a public method SafeAIOConsumer lacks."""
+    theirs = {n: m for n, m in inspect.getmembers(AIOConsumer) if not n.startswith("_") and callable(m)}
+    for name, method in theirs.items():
+        mine = getattr(SafeAIOConsumer, name, None)
+        assert mine is not None, f"SafeAIOConsumer lacks AIOConsumer.{name}"
+        assert inspect.iscoroutinefunction(mine) == inspect.iscoroutinefunction(method), name
+    for name in ("__aenter__", "__aexit__"):
+        assert inspect.iscoroutinefunction(getattr(SafeAIOConsumer, name))
+    upstream = list(inspect.signature(AIOConsumer.__init__).parameters)
+    assert list(inspect.signature(SafeAIOConsumer.__init__).parameters)[: len(upstream)] == upstream
+
+
+def test_bad_input_is_refused_as_upstream_refuses_it() -> None:
+    async def main() -> None:
+        for cls in (AIOConsumer, SafeAIOConsumer):
+            try:
+                cls({"group.id": "g"}, max_workers=0)
+            except ValueError as exc:
+                assert str(exc) == "max_workers must be at least 1"
+            else:
+                raise AssertionError(f"{cls.__name__} accepted max_workers=0")
+
+    asyncio.run(main())
+    try:
+        SafeAIOConsumer({"group.id": "g"})
+    except RuntimeError as exc:
+        assert "no running event loop" in str(exc)
+    else:
+        raise AssertionError("created outside a running loop")
+
+
+def test_records_pause_marks_and_callbacks_across_a_peer_joining_and_leaving(
+    kafka: KafkaTestKit, protocol: Protocol
+) -> None:
+    """I1-I4 through the async facade: a topic mark set from inside on_assign (a re-entrant call)
+    and a partition mark survive a peer joining and leaving; every record arrives exactly once;
+    nothing of a paused partition is returned."""
+    topic, held = kafka.create_topic(partitions=2), kafka.create_topic(partitions=1)
+    group = kafka.name("g")
+    kafka.produce(topic, 200, partitions=2)
+    kafka.produce(held, 20, partitions=1)
+
+    async def main() -> None:
+        c = SafeAIOConsumer(kafka.consumer_conf(group, protocol))
+        moves: list[str] = []
+        lags: list[float] = []
+
+        async def on_assign(consumer: SafeAIOConsumer, partitions: list[TopicPartition]) -> None:
+            assert consumer is c
+            moves.append("assign")
+            await consumer.pause_topics([held])  # a call back into the consumer, from its callback
+
+        async def on_revoke(consumer: SafeAIOConsumer, partitions: list[TopicPartition]) -> None:
+            moves.append("revoke")
+
+        async def ticker() -> None:
+            while True:
+                start = time.monotonic()
+                await asyncio.sleep(0.01)
+                lags.append(time.monotonic() - start - 0.01)
+
+        tick = asyncio.create_task(ticker())
+        got = Received()
+
+        async def read(timeout: float = 0.2) -> None:
+            for msg in await c.consume(50, timeout):
+                if msg.error() is None:
+                    paused = {(tp.topic, tp.partition) for tp in await c.paused()}
+                    assert (msg.topic(), msg.partition()) not in paused, "I1: a record of a paused partition"
+                    assert await c.owns(msg), "I2: a record of an unowned partition"
+                got.add(msg)
+
+        await c.subscribe([topic, held], on_assign=on_assign, on_revoke=on_revoke)
+
+        async def has_some() -> bool:
+            await read()
+            return len(got.records) >= 50
+
+        await _until(has_some, timeout=45, what="the first records")
+        peer, rp = Consumer(kafka.consumer_conf(group, protocol)), Received()
+        peer.subscribe([topic, held])
+
+        async def shared() -> bool:
+            await read()
+            rp.add(await asyncio.to_thread(peer.poll, 0.1))
+            return bool(peer.assignment()) and len(await c.assignment()) < 3
+
+        await _until(shared, timeout=60, what="the peer to get partitions")
+        await asyncio.to_thread(peer.close)
+
+        async def all_back() -> bool:
+            await read()
+            return len(await c.assignment()) == 3 and len(got.records) + len(rp.records) >= 200
+
+        await _until(all_back, timeout=60, what="every partition back and every record read")
+        assert [tp.topic for tp in await c.paused()] == [held]
+        ours = [r for r in got.records if r[0] == topic]
+        theirs = [r for r in rp.records if r[0] == topic]
+        assert not [r for r in got.records if r[0] == held], "records of the paused topic were returned"
+        assert sorted(int(r[3]) for r in ours + theirs) >= list(range(200))
+        assert len({(r[1], r[2]) for r in ours}) == len(ours), "a record was returned twice"
+        assert "revoke" in moves and moves.count("assign") >= 2
+        tick.cancel()
+        await c.close()
+        assert max(lags) < 0.5, f"the event loop was blocked for {max(lags):.2f}s"
+
+    asyncio.run(main())
+
+
+def test_cancelled_polls_and_consumes_lose_nothing(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """Cancellation (task.cancel, asyncio.timeout) while librdkafka works: every record still
+    arrives exactly once, in order per partition, and the committed offsets cover only those."""
+    topic = kafka.create_topic(partitions=2)
+    records = 400
+    kafka.produce(topic, records, partitions=2)
+    group = kafka.name("g")
+
+    async def main() -> None:
+        c = SafeAIOConsumer(kafka.consumer_conf(group, protocol))
+        await c.subscribe([topic])
+        got = Received()
+        cancelled = 0
+        deadline = time.monotonic() + 90
+        while len(got.records) < records:
+            assert time.monotonic() < deadline, f"only {len(got.records)} of {records} records"
+            call: Callable[[], Awaitable[Any]] = (lambda: c.consume(7, 0.5)) if cancelled % 2 else (lambda: c.poll(0.5))
+            task = asyncio.ensure_future(call())
+            await asyncio.sleep(0.0005 * (cancelled % 5))
+            if not task.done():
+                task.cancel()
+                cancelled += 1
+            try:
+                result = await task
+            except asyncio.CancelledError:
+                continue
+            for msg in result if isinstance(result, list) else [result]:
+                got.add(msg)
+            try:
+                async with asyncio.timeout(0.001):
+                    got.add(await c.poll(0.5))
+            except TimeoutError:
+                cancelled += 1
+        assert cancelled > 10, f"only {cancelled} calls were cancelled: the test proved little"
+        per_partition: dict[int, list[int]] = {}
+        for _t, partition, offset, _v in got.records:
+            per_partition.setdefault(partition, []).append(offset)
+        for partition, offsets in per_partition.items():
+            assert offsets == list(range(len(offsets))), f"partition {partition}: lost, repeated or reordered"
+        assert len(got.records) == records
+        await c.close()
+
+    asyncio.run(main())
+
+
+def test_close_from_another_task_while_a_poll_waits_leaves_no_thread(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    topic = kafka.create_topic(partitions=1)
+
+    async def main() -> None:
+        before = {t.ident for t in threading.enumerate()}
+        c = SafeAIOConsumer(kafka.consumer_conf(kafka.name("g"), protocol))
+        await c.subscribe([topic])
+        waiting = asyncio.create_task(c.poll(3.0))
+        await asyncio.sleep(0.2)
+        await asyncio.wait_for(c.close(), timeout=30)
+        assert await waiting is None
+        try:
+            await c.poll(0)
+        except RuntimeError as exc:
+            assert str(exc).startswith("Consumer closed")
+        else:
+            raise AssertionError("poll() after close() did not raise")
+        left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+        assert not left, f"threads left behind after close(): {left}"
+
+    asyncio.run(main())
+
+
+def test_a_coroutine_awaiting_longer_than_max_poll_interval_stays_in_the_group(
+    kafka: KafkaTestKit, protocol: Protocol
+) -> None:
+    """I5: ``await asyncio.sleep(3 x max.poll.interval.ms)`` outside and inside ``keepalive()``."""
+    topic = kafka.create_topic(partitions=2)
+    group = kafka.name("g")
+    max_poll = 3.0
+    extra: dict[str, Any] = {"max_poll_interval_ms": int(max_poll * 1000)}
+    if protocol != "consumer":
+        extra |= {"session_timeout_ms": 3000, "heartbeat_interval_ms": 300}
+
+    async def main() -> None:
+        c = SafeAIOConsumer(kafka.consumer_conf(group, protocol, **extra), keepalive_after=1.0)
+        moves: list[str] = []
+
+        async def note(_c: SafeAIOConsumer, partitions: list[TopicPartition]) -> None:
+            moves.append(f"{len(partitions)}")
+
+        await c.subscribe([topic], on_revoke=note, on_lost=note)
+
+        async def assigned() -> bool:
+            await c.poll(0.2)
+            return len(await c.assignment()) == 2
+
+        await _until(assigned, timeout=45, what="the assignment")
+        await asyncio.sleep(3 * max_poll)  # the automatic keepalive
+        assert await c.poll(0.5) is None
+        async with c.keepalive():
+            await asyncio.sleep(3 * max_poll)
+        assert await c.poll(0.5) is None
+        assert moves == [], f"the member was evicted: {moves}"
+        assert len(await c.assignment()) == 2
+        await c.close()
+
+    asyncio.run(main())
