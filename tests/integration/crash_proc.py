@@ -17,7 +17,9 @@ the process never finishes. What it does first depends on MODE:
   ``keepalive()`` (long enough for the keeper to poll and auto-commit), where it dies;
 - ``revoke``: like ``keepalive``, but it prints ``K`` inside the block and keeps working until
   a rebalance (a peer the test starts) has taken some of its partitions - the keeper thread
-  serves that rebalance while the batch is still unfinished - then works on and dies.
+  serves that rebalance while the batch is still unfinished - then works on and dies;
+- ``aio``, ``aio-keepalive``: ``consume`` and ``keepalive`` with ``SafeAIOConsumer`` in an
+  asyncio task: the work is ``await asyncio.sleep``, and the process dies inside the task.
 
 ``--raw`` uses ``confluent_kafka.Consumer`` instead of SafeConsumer (``consume`` and ``poll``).
 Output, one line each, flushed at once:
@@ -33,6 +35,7 @@ A record with a ``G`` line and no ``R`` line was not finished: the next owner mu
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 import time
@@ -41,6 +44,7 @@ from typing import NoReturn
 from confluent_kafka import Consumer, Message
 
 from safeconsumer import SafeConsumer
+from safeconsumer.aio import SafeAIOConsumer
 from safeconsumer.testing import PROTOCOLS, KafkaTestKit, Protocol
 
 #: How long the process may take to reach its planned death before it gives up (exit status 3).
@@ -129,13 +133,40 @@ def revoked_while_working(c: SafeConsumer, partitions: int) -> NoReturn:
         die()
 
 
+async def crash_in_a_task(conf: dict[str, object], topic: str, size: int, *, keepalive: bool) -> NoReturn:
+    c = SafeAIOConsumer(conf)
+    await c.subscribe([topic])
+
+    async def worker() -> NoReturn:
+        while True:
+            give_up_if_late(f"a batch of {size} records")
+            batch = [m for m in await c.consume(size, 10.0) if m.error() is None]
+            for msg in batch:
+                got(msg)
+            if len(batch) < size:
+                for msg in batch:
+                    finished(msg)
+                continue
+            for msg in batch[:FINISHED_IN_BATCH]:
+                finished(msg)
+            if keepalive:
+                async with c.keepalive():
+                    await asyncio.sleep(1.5)  # the simulated work, kept alive: auto-commits meanwhile
+                    die()
+            await asyncio.sleep(1.0)  # the simulated work on the next record: auto-commits meanwhile
+            die()
+
+    await asyncio.create_task(worker())
+    raise AssertionError("unreachable")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.integration.crash_proc")
     parser.add_argument("bootstrap")
     parser.add_argument("topic")
     parser.add_argument("group")
     parser.add_argument("protocol", choices=PROTOCOLS)
-    parser.add_argument("mode", choices=["consume", "poll", "keepalive", "revoke"])
+    parser.add_argument("mode", choices=["consume", "poll", "keepalive", "revoke", "aio", "aio-keepalive"])
     parser.add_argument("--raw", action="store_true", help="use confluent_kafka.Consumer")
     parser.add_argument("--batch", type=int, default=100, help="records per consume() batch")
     parser.add_argument("--nth", type=int, default=30, help="poll mode: the record it dies working on")
@@ -144,6 +175,8 @@ def main() -> None:
         parser.error(f"mode {args.mode} needs SafeConsumer.keepalive(): drop --raw")
     protocol: Protocol = args.protocol
     conf = KafkaTestKit(args.bootstrap).consumer_conf(args.group, protocol, auto_commit_interval_ms=100)
+    if args.mode.startswith("aio"):
+        asyncio.run(crash_in_a_task(conf, args.topic, args.batch, keepalive=args.mode == "aio-keepalive"))
     c = Consumer(conf) if args.raw else SafeConsumer(conf)
     c.subscribe([args.topic])
     if args.mode == "poll":

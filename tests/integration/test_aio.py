@@ -241,3 +241,69 @@ def test_a_coroutine_awaiting_longer_than_max_poll_interval_stays_in_the_group(
         await c.close()
 
     asyncio.run(main())
+
+
+def test_a_consumer_mark_and_partition_marks_across_a_peer_joining_and_leaving(
+    kafka: KafkaTestKit, protocol: Protocol
+) -> None:
+    """``await pause()`` (the whole consumer) and ``await pause([tp])`` are intent (I4): through two
+    rebalances nothing is returned (I1) and every owned partition stays paused; after
+    ``await resume()`` the partition that stayed keeps its mark, the one that went to the peer
+    (and came back in a later rebalance) lost it."""
+    topic = kafka.create_topic(partitions=2)
+    group = kafka.name("g")
+    kafka.produce(topic, 100, partitions=2)
+
+    async def main() -> None:
+        c = SafeAIOConsumer(kafka.consumer_conf(group, protocol))
+        await c.subscribe([topic])
+        got = Received()
+
+        async def owns_both() -> bool:
+            await c.poll(0.1)
+            return len(await c.assignment()) == 2
+
+        await _until(owns_both, timeout=45, what="the assignment")
+        await c.pause()
+        await c.pause([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        # The peer commits nothing: the partition it reads comes back to c with all 50 records.
+        peer = Consumer(kafka.consumer_conf(group, protocol, enable_auto_commit=False))
+        peer.subscribe([topic])
+
+        async def quiet_poll() -> None:
+            msg = await c.poll(0.1)
+            assert msg is None or msg.error() is not None, "I1: a record returned while the consumer is paused"
+            assert {(tp.topic, tp.partition) for tp in await c.paused()} == {
+                (tp.topic, tp.partition) for tp in await c.assignment()
+            }, "an owned partition is not paused under the consumer mark"
+
+        async def shared() -> bool:
+            await quiet_poll()
+            await asyncio.to_thread(peer.poll, 0.1)
+            return bool(peer.assignment()) and len(await c.assignment()) == 1
+
+        await _until(shared, timeout=60, what="the peer to take a partition")
+        kept = (await c.assignment())[0].partition
+        await asyncio.to_thread(peer.close)
+
+        async def both_back() -> bool:
+            await quiet_poll()
+            return len(await c.assignment()) == 2
+
+        await _until(both_back, timeout=60, what="both partitions back")
+        await c.resume()
+        state = await c.pause_state()
+        assert not state.consumer
+        assert [tp.partition for tp in await c.paused()] == [kept], f"marks after two rebalances: {state}"
+        moved = 1 - kept
+
+        async def moved_partition_read() -> bool:
+            msg = await c.poll(0.2)
+            got.add(msg)
+            assert msg is None or msg.error() is not None or msg.partition() == moved, "a record of a marked partition"
+            return len(got.records) >= 50
+
+        await _until(moved_partition_read, timeout=60, what="the unmarked partition's records")
+        await c.close()
+
+    asyncio.run(main())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from examples import backpressure, demo, long_job, migrate, otel_wiring
-from safeconsumer.testing import Broker, KafkaTestKit
+from examples import asyncio_service, backpressure, demo, long_job, migrate, otel_wiring
+from safeconsumer.testing import Broker, KafkaTestKit, Protocol
 
 
 def test_migrate(kafka: KafkaTestKit) -> None:
@@ -27,6 +27,16 @@ def test_long_job(kafka: KafkaTestKit) -> None:
     assert out.report_seconds > long_job.MAX_POLL_MS / 1000 * 2
     assert out.same_member and out.revocations == 0, "the member was evicted during the report"
     assert out.records == 200
+
+
+def test_asyncio_service(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """HTTP requests stay fast while the background consumer's group rebalances (twice)."""
+    out = asyncio_service.run(kafka.bootstrap_servers, records=2000, protocol=protocol)
+    assert out.handled_by_service + out.handled_by_peer >= 2000
+    assert out.handled_by_peer > 0, "the peer never got partitions: no rebalance happened"
+    assert out.rebalances >= 3, f"only {out.rebalances} rebalance callbacks"
+    assert out.requests > 20
+    assert out.slowest_request < 0.5, f"a request took {out.slowest_request:.2f}s: the loop was blocked"
 
 
 def test_otel_wiring(kafka: KafkaTestKit) -> None:

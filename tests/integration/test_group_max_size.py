@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from safeconsumer import EXIT_GROUP_MAX_SIZE, GroupMaxSizeReachedError, SafeConsumer
+from safeconsumer.aio import SafeAIOConsumer
 from safeconsumer.testing import Broker, KafkaTestKit, Protocol, wait_until
 
 from ..support import fatal_error_of, full_group, poll_each
@@ -56,7 +58,35 @@ def test_third_member_fails_fast_and_stops_joining(full_group_kafka: KafkaTestKi
         c.close()
 
 
-@pytest.mark.parametrize("where", ["poll", "keepalive"])
+def test_the_fatal_error_reaches_the_next_awaited_call(full_group_kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """SafeAIOConsumer: the third member's awaited poll() raises, and so does every later call."""
+    kafka = full_group_kafka
+    topic, group, members = full_group(kafka, protocol)
+
+    async def third_member() -> GroupMaxSizeReachedError:
+        third = SafeAIOConsumer(kafka.consumer_conf(group, protocol))
+        await third.subscribe([topic])
+        deadline = time.monotonic() + 15
+        try:
+            while True:
+                assert time.monotonic() < deadline, "no fatal error within 15 s"
+                await asyncio.to_thread(poll_each, members)
+                await third.poll(0.2)
+        except GroupMaxSizeReachedError as err:
+            for call in (lambda: third.poll(0), lambda: third.consume(1, 0), third.assignment, third.commit):
+                with pytest.raises(GroupMaxSizeReachedError) as again:
+                    await call()
+                assert again.value is err
+            await third.close()
+            return err
+
+    err = asyncio.run(third_member())
+    assert err.group_id == group
+    for c, _ in members:
+        c.close()
+
+
+@pytest.mark.parametrize("where", ["poll", "keepalive", "aio", "aio-keepalive"])
 def test_exit_policy_ends_the_process(full_group_kafka: KafkaTestKit, protocol: Protocol, where: str) -> None:
     kafka = full_group_kafka
     topic, group, members = full_group(kafka, protocol)

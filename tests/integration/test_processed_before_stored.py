@@ -194,7 +194,7 @@ def _run_child(
     return topic, group, child, committed, nxt, got
 
 
-@pytest.mark.parametrize("mode", ["consume", "poll", "keepalive", "revoke"])
+@pytest.mark.parametrize("mode", ["consume", "poll", "keepalive", "revoke", "aio", "aio-keepalive"])
 def test_the_next_member_gets_every_record_a_dead_member_had_not_finished(
     kafka: KafkaTestKit, protocol: Protocol, mode: str, spawn: Callable[[list[str]], Child]
 ) -> None:
