@@ -298,15 +298,18 @@ class SafeAIOConsumer:
         return await self._call("commit", *args, **kwargs)
 
     async def close(self, *args: Any, **kwargs: Any) -> None:
-        """Leave the group and release the client; shuts down the executor it created."""
+        """Leave the group and release the client; shuts down the executor it created.
+
+        As ``AIOConsumer.close()``, a second call raises ``RuntimeError("Consumer closed")``.
+        """
+        self._check_open("close")
         try:
-            if not self._closed:
 
-                def close() -> None:
-                    self._give_back_returned()
-                    self._consumer.close(*args, **kwargs)
+            def close() -> None:
+                self._give_back_returned()
+                self._consumer.close(*args, **kwargs)
 
-                await self._run(close)
+            await self._run(close)
         finally:
             self._closed = True
             if self._owns_executor:

@@ -307,3 +307,29 @@ def test_a_consumer_mark_and_partition_marks_across_a_peer_joining_and_leaving(
         await c.close()
 
     asyncio.run(main())
+
+
+def test_a_member_s_commit_for_a_partition_it_does_not_own_is_dropped(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """I7 through the async facade: the owned partition's offset is committed, the other dropped."""
+    mine, other = kafka.create_topic(partitions=1), kafka.create_topic(partitions=1)
+    group = kafka.name("g")
+    kafka.produce(mine, 5, partitions=1)
+    kafka.produce(other, 5, partitions=1)
+
+    async def main() -> None:
+        c = SafeAIOConsumer(kafka.consumer_conf(group, protocol, enable_auto_commit=False))
+        await c.subscribe([mine])
+
+        async def owns() -> bool:
+            await c.poll(0.1)
+            return len(await c.assignment()) == 1
+
+        await _until(owns, timeout=45, what="the assignment")
+        before = c.consumer.delivery_stats().offsets_dropped
+        await c.commit(offsets=[TopicPartition(mine, 0, 3), TopicPartition(other, 0, 4)], asynchronous=False)
+        assert c.consumer.delivery_stats().offsets_dropped == before + 1
+        await c.close()
+
+    asyncio.run(main())
+    assert kafka.committed(group, mine, 1) == {0: 3}
+    assert kafka.committed(group, other, 1) == {0: -1001}, "I7: an offset of a partition not owned was committed"
