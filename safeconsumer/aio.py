@@ -105,6 +105,8 @@ _CHANNEL: contextvars.ContextVar[_Channel | None] = contextvars.ContextVar("safe
 def _on_loop(loop: asyncio.AbstractEventLoop, coroutine_function: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     """A plain callable for librdkafka's threads that runs ``coroutine_function`` on ``loop``."""
 
+    loop_thread = threading.get_ident()  # created on the loop (in SafeAIOConsumer's constructor or a coroutine)
+
     def call(*args: Any) -> Any:
         channel = _Channel()
 
@@ -114,6 +116,9 @@ def _on_loop(loop: asyncio.AbstractEventLoop, coroutine_function: Callable[..., 
 
         if loop.is_closed():
             raise RuntimeError("the event loop of this SafeAIOConsumer is closed: cannot run its callback")
+        if threading.get_ident() == loop_thread:
+            # Waiting here for the loop would block it forever: librdkafka was called on the loop.
+            raise RuntimeError("a SafeAIOConsumer callback was called on its event loop's thread")
         return channel.serve_until(asyncio.run_coroutine_threadsafe(run(), loop))
 
     return call

@@ -107,3 +107,43 @@ def test_cleared_drops_everything() -> None:
     table.cleared()
     assert not table.owned and not table.limbo and not table.ahead
     assert table.purged["revoked"] == 2
+
+
+def test_a_batch_given_back_waits_in_front_and_was_never_processed() -> None:
+    """A consume() result whose asyncio caller was cancelled (safeconsumer.aio): not delivered,
+    not outstanding, first in line again; coming back does not count it as processed."""
+    table = _table(A0, A1)
+    table.ahead.extend([_msg(A0, 12), _msg(A1, 5)])
+    batch = [_msg(A0, 10), _msg(A0, 11), _msg(A1, 4)]
+    table.count_delivered(batch)
+    table.handed_out(batch)
+    table.given_back(batch)
+    assert table.outstanding is None and table.delivered == 0
+    assert [(m.partition(), m.offset()) for m in table.ahead] == [(0, 10), (0, 11), (1, 4), (0, 12), (1, 5)]
+    table.came_back()
+    assert table.unprocessed_floor() == {A0: 10, A1: 4}, "given back is not processed"
+
+
+def test_a_record_given_back_goes_before_its_partition_s_withheld_records() -> None:
+    """Its partition was paused meanwhile: it waits in front of the records withheld since."""
+    table = _table(A0)
+    record = _msg(A0, 3)
+    table.count_delivered([record])
+    table.handed_out(record)
+    table.set_paused(frozenset({A0}), 1)
+    table.hold(A0, _msg(A0, 4))
+    table.given_back([record])
+    assert [m.offset() for m in table.owned[A0].held] == [3, 4] and not table.ahead
+    table.set_paused(frozenset(), 0)
+    assert [m.offset() for m in table.release(10)] == [3, 4]
+
+
+def test_a_lane_record_given_back_returns_with_the_rest_of_the_lane() -> None:
+    table = _table(A0)
+    batch = [_msg(A0, o) for o in range(3)]
+    table.count_delivered(batch)
+    first = table.fill_lane(batch)
+    second = table.lane.popleft()  # poll() without the lock; its caller was cancelled
+    table.given_back([second])
+    assert [m.offset() for m in table.ahead] == [1, 2]
+    assert table.outstanding is None and table.delivered == 1, f"only record {first.offset()} was delivered"
