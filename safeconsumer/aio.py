@@ -30,7 +30,6 @@ import functools
 import logging
 import queue
 import threading
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
@@ -38,16 +37,13 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Message, TopicPartition
 
-from ._consumer import SafeConsumer
+from ._consumer import _TIMEOUT_TYPES, SafeConsumer, _monotonic
 from ._errors import ConsumerClosedError
 from ._pause import PauseState
 
 __all__ = ["SafeAIOConsumer"]
 
 T = TypeVar("T")
-
-_TIMEOUT_TYPES = (int, float)
-_monotonic = time.monotonic
 
 #: The config callbacks librdkafka calls, which asyncio users write as coroutines.
 _CONF_CALLBACKS = ("error_cb", "throttle_cb", "stats_cb", "on_commit")
