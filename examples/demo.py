@@ -126,16 +126,28 @@ def stale_pause(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
 
 # -- 3. records of a paused partition around a rebalance ------------------------------------------
 def paused_records_after_rebalance(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
-    """A pauses P with records fetched; a peer joins and leaves. Does A return records of P?"""
+    """A pauses P with records fetched; a peer joins and leaves. Does A return records of P?
+
+    The assignor may move P to the peer; a partition that leaves and comes back returns
+    unpaused (SPEC, I4), so A pauses P again whenever it is assigned P: any record of P that
+    A returns after the first pause is one it should not have seen.
+    """
     topic = kit.create_topic(partitions=2)
     kit.produce(topic, 2000, partitions=2)
     group = kit.name("g")
     a = make(kit.consumer_conf(group, PROTOCOL))
-    a.subscribe([topic])
+    paused: list[TopicPartition] = []
+
+    def pause_again(c: Consumer, partitions: list[TopicPartition]) -> None:
+        if paused and any((tp.topic, tp.partition) == (topic, paused[0].partition) for tp in partitions):
+            c.pause(paused)
+
+    a.subscribe([topic], on_assign=pause_again)
     first: list[Message] = []
     _poll_until([a], lambda: bool(first), 45, lambda _c, m: first.append(m))
     p = TopicPartition(topic, first[0].partition() or 0)
     a.pause([p])
+    paused.append(p)
     leaked = 0
 
     def count(_c: Consumer, m: Message) -> None:
