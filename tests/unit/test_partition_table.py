@@ -147,3 +147,81 @@ def test_a_lane_record_given_back_returns_with_the_rest_of_the_lane() -> None:
     table.given_back([second])
     assert [m.offset() for m in table.ahead] == [1, 2]
     assert table.outstanding is None and table.delivered == 1, f"only record {first.offset()} was delivered"
+
+
+def test_the_last_record_popped_stays_outstanding_when_it_emptied_the_lane() -> None:
+    """A pause from another thread while the app works on the lane's last record: that record
+    is still unprocessed, so no store may pass it (I8)."""
+    table = _table(A0)
+    batch = [_msg(A0, o) for o in range(3)]
+    table.count_delivered(batch)
+    table.fill_lane(batch)
+    table.lane.popleft()
+    table.lane.popleft()  # the app took the last one and works on it
+    table.unlane()
+    assert isinstance(table.outstanding, Message) and table.outstanding.offset() == 2
+    assert table.unprocessed_floor() == {A0: 2}
+    table.came_back()
+    assert table.unprocessed_floor() == {}
+
+
+def test_taking_a_lane_back_leaves_the_app_a_prefix_in_order() -> None:
+    """The app pops from the left while the lane is taken back from the right: whatever
+    interleaving, it got the first records and the rest wait in order."""
+    from safeconsumer import _partitions
+
+    table = _table(A0)
+    batch = [_msg(A0, o) for o in range(5)]
+    table.count_delivered(batch)
+    table.fill_lane(batch)  # record 0 returned directly
+    got: list[int] = []
+    real_pop = table.lane.pop
+
+    class Interleaved:
+        """The lane, with the app popping between the take-back's own pops."""
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __bool__(self) -> bool:
+            return bool(table.lane)
+
+        def pop(self) -> Message:
+            self.calls += 1
+            if self.calls == 2 and table.lane:
+                got.append(table.lane.popleft().offset() or 0)
+            return real_pop()
+
+    taken: list[Message] = _partitions._drain(Interleaved())  # type: ignore[arg-type]
+    assert got == [1]
+    assert [m.offset() for m in taken] == [2, 3, 4]
+
+
+def test_chunks_are_handed_out_whole_and_the_last_one_popped_is_outstanding() -> None:
+    table = _table(A0, A1)
+    chunks = [[_msg(A0, 0), _msg(A1, 0)], [_msg(A0, 1), _msg(A1, 1)], [_msg(A0, 2)]]
+    table.count_delivered([m for c in chunks for m in c])
+    first = table.fill_chunks(chunks)
+    assert first is chunks[0] and list(table.chunks) == chunks[1:]
+    assert table.unprocessed_floor() == {A0: 0, A1: 0}, "the first result is outstanding"
+    assert table.first_undelivered(A0) == 1, "laned chunks are not delivered yet"
+    assert table.chunks.popleft() is chunks[1]  # await consume() on the loop
+    assert table.unprocessed_floor() == {A0: 1, A1: 1}, "the app came back after the first"
+    table.unlane()  # a rebalance, pause or seek from another thread
+    assert table.outstanding is chunks[1]
+    assert [(m.partition(), m.offset()) for m in table.ahead] == [(0, 2)]
+    assert table.delivered == 4 and table.laned == 0 and table.pending
+    table.came_back()
+    assert table.unprocessed_floor() == {A0: 2} and table.chunk_batch is None
+
+
+def test_coming_back_takes_the_chunk_lane_back_in_order() -> None:
+    table = _table(A0)
+    chunks = [[_msg(A0, 0)], [_msg(A0, 1)], [_msg(A0, 2)], [_msg(A0, 3)]]
+    table.count_delivered([m for c in chunks for m in c])
+    table.fill_chunks(chunks)
+    table.chunks.popleft()
+    assert table.laned == 2
+    table.came_back()
+    assert [m.offset() for m in table.ahead] == [2, 3] and table.delivered == 2
+    assert not table.pending and table.unprocessed_floor() == {A0: 2}
