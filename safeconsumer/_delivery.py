@@ -125,21 +125,6 @@ class DeliveryGate:
         table.count_delivered(msgs)
         return table.fill_lane(msgs)
 
-    def fill_chunks(self, chunks: list[list[Message]], *, unchanged: bool) -> list[Message] | None:
-        """Admit error-free results for the chunk lane: the first, or None if they cannot be.
-
-        As :meth:`fill_lane`: only records all deliverable now, with nothing withheld waiting
-        to go first, go in; they count as delivered from here.
-        """
-        table = self._table
-        if table.maybe_releasable:
-            return None
-        msgs = [m for chunk in chunks for m in chunk]
-        if not self._deliverable(msgs, unchanged=unchanged):
-            return None
-        table.count_delivered(msgs)
-        return table.fill_chunks(chunks)
-
     def admit_batch(self, msgs: list[Message], *, unchanged: bool = False, errors: bool = True) -> list[Message]:
         """The records of ``msgs`` the application may have now, in order.
 
@@ -281,7 +266,7 @@ class DeliveryGate:
     def stats(self) -> DeliveryStats:
         table = self._table
         return DeliveryStats(
-            delivered=table.delivered - table.laned,
+            delivered=table.delivered - len(table.lane),
             withheld=table.withheld,
             released=table.released,
             held=table.held_count,

@@ -12,9 +12,6 @@ Glossary (the words the rest of the core uses):
 - **lane**: records of a batch that was wholly deliverable when it arrived; ``poll()`` hands
   them out one by one without the lock. Anything that changes what may be delivered takes
   them back first (:meth:`PartitionTable.unlane`).
-- **chunk lane** (``chunks``): the same for ``consume()`` of the asyncio consumer: a batch
-  read for one call and beyond, split into whole results, each handed out by one
-  ``await consume()`` on the event loop.
 - **outstanding**: what the last ``poll()``/``consume()`` handed out. The application is still
   working on it until it *comes back* (its next ``poll()``/``consume()``, a ``commit()``, or
   ``close()``); until then no offset at or past it is stored (I8).
@@ -26,10 +23,10 @@ Glossary (the words the rest of the core uses):
 
 Every change goes through a named transition (``assigned``, ``left``, ``to_limbo``,
 ``seeked``, ``seek_passed``, ``set_paused``, ``flags_applied``, ``hold``, ``release``,
-``deliver_one``, ``count_delivered``, ``fill_lane``, ``fill_chunks``, ``unlane``, ``given_back``,
-``handed_out``, ``came_back``, ``stored``, ``dropped_unowned``, ``refused_offsets``, ``cleared``);
-none of them talks to Kafka. Callers hold the consumer's lock; the one exception is popping a
-lane from its left (``poll()``, the asyncio ``consume()``; see :meth:`PartitionTable.unlane`).
+``deliver_one``, ``count_delivered``, ``fill_lane``, ``unlane``, ``given_back``, ``handed_out``,
+``came_back``, ``stored``, ``dropped_unowned``, ``refused_offsets``, ``cleared``); none of them
+talks to Kafka. Callers hold the consumer's lock; the one exception is ``poll()`` popping the
+lane from its left (see :meth:`PartitionTable.unlane`).
 """
 
 from __future__ import annotations
@@ -113,10 +110,6 @@ class PartitionTable:
         self.lane: deque[Message] = deque()
         #: The whole batch the lane was filled from (its first record was returned directly), or None.
         self.lane_batch: list[Message] | None = None
-        #: The chunk lane: whole consume() results waiting to be handed out, and every chunk it
-        #: was filled from (the first was returned directly), or None.
-        self.chunks: deque[list[Message]] = deque()
-        self.chunk_batch: list[list[Message]] | None = None
         #: The last locked hand-out: one record (poll) or a list (consume); None once the app came back.
         self.outstanding: Message | list[Message] | None = None
         self.limbo: dict[Key, _Limbo] = {}
@@ -310,36 +303,20 @@ class PartitionTable:
         self.outstanding = None
         return first
 
-    def fill_chunks(self, chunks: list[list[Message]]) -> list[Message]:
-        """Hand out ``chunks[0]`` now and the rest through the chunk lane (all counted delivered)."""
-        self.chunks.extend(chunks[1:])
-        self.chunk_batch = chunks
-        self.outstanding = None
-        return chunks[0]
-
     def unlane(self) -> None:
-        """Put both lanes' records back at the front of ``ahead``: not delivered after all.
+        """Put the lane's records back at the front of ``ahead``: not delivered after all.
 
-        The application pops a lane from its left without the lock; this takes from its
-        right, one atomic pop at a time, so what the application got is always a prefix, in
-        order, and each item goes either to it or back here, never both. The last item the
+        poll() pops the lane from its left without the lock; this takes from its right, one
+        atomic pop at a time, so what the application got is always a prefix, in order, and
+        each record goes either to it or back here, never both. The last record the
         application did pop stays outstanding, also when it emptied the lane.
         """
-        if self.lane or self.lane_batch is not None:
-            taken = _drain(self.lane)
-            batch, self.lane_batch = self.lane_batch, None
-            if batch is not None:
-                self.outstanding = batch[len(batch) - len(taken) - 1]
-            self._not_delivered(taken)
-        if self.chunks or self.chunk_batch is not None:
-            chunks = _drain(self.chunks)
-            batches, self.chunk_batch = self.chunk_batch, None
-            if batches is not None:
-                self.outstanding = batches[len(batches) - len(chunks) - 1]
-            self._not_delivered([m for chunk in chunks for m in chunk])
-
-    def _not_delivered(self, taken: list[Message]) -> None:
-        """Lane records taken back, in order: they wait in front of the read-ahead again."""
+        if not self.lane and self.lane_batch is None:
+            return
+        taken = _drain(self.lane)
+        batch, self.lane_batch = self.lane_batch, None
+        if batch is not None:
+            self.outstanding = batch[len(batch) - len(taken) - 1]
         if not taken:
             return
         self.ahead.extendleft(reversed(taken))
@@ -372,9 +349,9 @@ class PartitionTable:
 
     def came_back(self) -> None:
         """The application came back after what it was handed: all of it counts as processed."""
-        if self.lane or self.chunks:
+        if self.lane:
             self.unlane()
-        self.lane_batch = self.chunk_batch = None
+        self.lane_batch = None
         self.outstanding = None
 
     # -- offsets ------------------------------------------------------------------------------
@@ -388,11 +365,8 @@ class PartitionTable:
         return self._floor(with_outstanding=True)
 
     def _floor(self, *, with_outstanding: bool) -> dict[Key, int]:
-        lane = [*self.lane]  # atomic copies: the application may pop the lanes meanwhile
-        chunks = [*self.chunks]
+        lane = [*self.lane]  # one atomic copy: poll() may pop the lane meanwhile
         records: list[Message] = [*lane, *self.ahead]
-        for chunk in chunks:
-            records += chunk
         if with_outstanding:
             out = self.outstanding
             if isinstance(out, list):
@@ -402,9 +376,6 @@ class PartitionTable:
             batch = self.lane_batch
             if batch is not None:
                 records.append(batch[len(batch) - len(lane) - 1])
-            batches = self.chunk_batch
-            if batches is not None:
-                records += batches[len(batches) - len(chunks) - 1]
         floor: dict[Key, int] = {}
         for msg in records:
             if msg.error() is None:
@@ -434,19 +405,8 @@ class PartitionTable:
 
     @property
     def pending(self) -> bool:
-        """Records handed out may still need storing later (a lane not empty, or not come back from)."""
-        return (
-            bool(self.lane)
-            or bool(self.chunks)
-            or self.outstanding is not None
-            or self.lane_batch is not None
-            or self.chunk_batch is not None
-        )
-
-    @property
-    def laned(self) -> int:
-        """Records in the lanes (counted delivered, not yet handed out)."""
-        return len(self.lane) + sum(map(len, [*self.chunks]))
+        """Records handed out may still need storing later (lane not empty, or not come back from)."""
+        return bool(self.lane) or self.outstanding is not None or self.lane_batch is not None
 
     @property
     def held_count(self) -> int:

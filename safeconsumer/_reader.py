@@ -32,9 +32,6 @@ if TYPE_CHECKING:
 #: How many records one poll() reads from librdkafka at most; the rest wait in the table.
 READ_AHEAD = 64
 
-#: At most this many records read by one consume() for the chunk lane (the result included).
-CHUNKS_READ_MAX = 4096
-
 _monotonic = time.monotonic
 
 
@@ -63,9 +60,6 @@ class Reader:
         self.last_call = _monotonic()
         #: Until when poll() may hand out lane records without a real call.
         self.lane_until = 0.0
-        #: consume() results read per librdkafka call: above 1, a full result is followed by a
-        #: read (without waiting) of up to this many more for the chunk lane (the asyncio consumer).
-        self.chunks_ahead = 1
         #: The ownership epoch under which the read-ahead was fetched (-1: unknown, check each record).
         self._ahead_epoch = -1
 
@@ -161,40 +155,7 @@ class Reader:
         self.last_call = _monotonic()
         if not msgs:
             return msgs
-        if self.chunks_ahead > 1 and len(msgs) == num_messages and not errors:
-            return self._with_chunks(msgs, num_messages, epoch)
         out = self._gate.admit_batch(msgs, unchanged=epoch == table.epoch, errors=errors)
-        if out:
-            table.handed_out(out)
-        return out
-
-    def _with_chunks(self, first: list[Message], num_messages: int, epoch: int) -> list[Message]:
-        """A full consume() result: read (without waiting) what the next calls would get.
-
-        librdkafka is asked once for up to ``chunks_ahead - 1`` more results; if all of it
-        may be delivered now (read while the assignment stood still, no error event, nothing
-        paused), it waits in the chunk lane, one result per later ``consume()``, which the
-        asyncio consumer hands out on its loop. Otherwise it waits in the read-ahead. The
-        result itself is admitted after this last call, as always (I2).
-        """
-        table = self._table
-        want = min(num_messages * (self.chunks_ahead - 1), CHUNKS_READ_MAX - num_messages)
-        more: list[Message] = []
-        errors = False
-        if want > 0:
-            more, errors = self._read_ahead(want)
-            self.last_call = _monotonic()
-        unchanged = table.epoch == epoch
-        if more:
-            if unchanged and not errors:
-                chunks = [first, *(more[i : i + num_messages] for i in range(0, len(more), num_messages))]
-                out = self._gate.fill_chunks(chunks, unchanged=True)
-                if out is not None:
-                    self.lane_until = self.last_call + self.real_call_every
-                    return out
-            table.ahead.extend(more)
-            self._ahead_epoch = -1
-        out = self._gate.admit_batch(first, unchanged=unchanged, errors=False)
         if out:
             table.handed_out(out)
         return out

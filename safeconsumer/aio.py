@@ -48,31 +48,6 @@ T = TypeVar("T")
 #: The config callbacks librdkafka calls, which asyncio users write as coroutines.
 _CONF_CALLBACKS = ("error_cb", "throttle_cb", "stats_cb", "on_commit")
 
-#: ``consume(n)`` results one thread hop reads at most (the first is returned, the others wait
-#: in the chunk lane for the next calls, handed out on the loop).
-CHUNKS_AHEAD = 4
-
-
-_CONSUME_NAMES = ("num_messages", "timeout")
-
-
-def _count_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-    """``num_messages`` of a plain ``consume(num_messages=1, timeout=-1)`` call, or 0 (not plain)."""
-    if len(args) > 2:
-        return 0
-    if kwargs:
-        named = dict(zip(_CONSUME_NAMES, args, strict=False))
-        if named.keys() & kwargs.keys() or not kwargs.keys() <= set(_CONSUME_NAMES):
-            return 0
-        named.update(kwargs)
-        n, timeout = named.get("num_messages", 1), named.get("timeout", -1)
-    else:
-        n = args[0] if args else 1
-        timeout = args[1] if len(args) == 2 else -1
-    if n.__class__ is not int or not 0 < n <= 1_000_000 or timeout.__class__ not in _TIMEOUT_TYPES:
-        return 0
-    return int(n)
-
 
 class _Channel:
     """Calls a callback coroutine makes on its own consumer, run by the thread waiting for it.
@@ -212,9 +187,6 @@ class SafeAIOConsumer:
             if conf.get("logger") is not None:
                 conf["logger"] = _LoopLogger(self._loop, conf["logger"])
         self._consumer = SafeConsumer(conf, **options)
-        self._reader = self._consumer._reader
-        self._reader.chunks_ahead = CHUNKS_AHEAD
-        self._chunks = self._consumer._table.chunks
 
     def __repr__(self) -> str:
         return f"<SafeAIOConsumer of {self._consumer!r}>"
@@ -301,27 +273,7 @@ class SafeAIOConsumer:
         return result
 
     async def consume(self, *args: Any, **kwargs: Any) -> list[Message]:
-        """``await consume(num_messages=1, timeout=-1)``: up to ``num_messages`` records and events.
-
-        A call that gets a full result also reads (without waiting) up to
-        ``CHUNKS_AHEAD - 1`` more; if all of it was deliverable when it arrived (its chunk
-        lane), the next calls get it here, on the loop, without a thread hop or the lock.
-        Anything that could change that (a rebalance, pause, park, seek, close) takes the
-        chunks back under the lock first; the deadline keeps a real call reaching librdkafka.
-        """
-        chunks = self._chunks
-        if chunks and not self._closed and not self._returned and _monotonic() < self._reader.lane_until:
-            n = _count_of(args, kwargs)
-            try:
-                fits = 0 < len(chunks[0]) <= n
-                chunk = chunks.popleft() if fits else None
-            except IndexError:  # taken back meanwhile
-                chunk = None
-            if chunk is not None:
-                if len(chunk) > n:  # refilled for another size meanwhile: the rest goes back first
-                    self._returned.append(chunk[n:])
-                    chunk = chunk[:n]
-                return chunk
+        """``await consume(num_messages=1, timeout=-1)``: up to ``num_messages`` records and events."""
         result: list[Message] = await self._receive("consume", args, kwargs)
         return result
 

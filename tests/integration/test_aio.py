@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import random
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -333,3 +334,57 @@ def test_a_member_s_commit_for_a_partition_it_does_not_own_is_dropped(kafka: Kaf
     asyncio.run(main())
     assert kafka.committed(group, mine, 1) == {0: 3}
     assert kafka.committed(group, other, 1) == {0: -1001}, "I7: an offset of a partition not owned was committed"
+
+
+def test_consuming_while_another_thread_toggles_pause_marks(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """await consume() while another thread toggles pause marks on the SafeConsumer underneath
+    (each pause and resume restarts librdkafka's fetch of that partition, while a consume()
+    runs on an executor thread): every record exactly once, in order, and all committed."""
+    topic = kafka.create_topic(partitions=4)
+    n = 20000
+    kafka.produce(topic, n, partitions=4)
+    got = Received()
+    stop = threading.Event()
+    toggles = 0
+
+    async def main() -> None:
+        c = SafeAIOConsumer(kafka.consumer_conf(kafka.name("g"), protocol, enable_auto_commit=False))
+        await c.subscribe([topic])
+        underneath = c.consumer  # thread-safe: the toggling thread calls it directly
+
+        def toggle() -> None:
+            nonlocal toggles
+            rng = random.Random(11)
+            while not stop.is_set():
+                tp = TopicPartition(topic, rng.randrange(4))
+                underneath.pause([tp])
+                stop.wait(0.002)  # let the loop meet the pause: records are withheld, then released
+                underneath.resume([tp])
+                toggles += 1
+                stop.wait(0.01)
+
+        thread = threading.Thread(target=toggle, name="toggler")
+        try:
+            deadline = time.monotonic() + 120
+            while len(got.records) < n:
+                assert time.monotonic() < deadline, f"{len(got.records)} of {n} records after 120 s"
+                for msg in await c.consume(25, 0.2):
+                    got.add(msg)
+                await asyncio.sleep(0.002)  # the application's work on the batch
+                if got.records and not thread.is_alive() and not stop.is_set():
+                    thread.start()
+            await c.commit(asynchronous=False)
+            committed = await c.committed([TopicPartition(topic, p) for p in range(4)], timeout=10)
+            assert sum(tp.offset for tp in committed) == n
+        finally:
+            stop.set()
+            if thread.ident is not None:
+                thread.join()
+            await c.close()
+
+    asyncio.run(main())
+    assert toggles > 50, "the toggling thread barely ran: the test proved nothing"
+    assert len(got.records) == n, f"{len(got.records)} records delivered, {n} produced"
+    for p in range(4):
+        offsets = [r[2] for r in got.records if r[1] == p]
+        assert offsets == list(range(len(offsets))), f"partition {p}: a record lost, repeated or out of order"

@@ -1,14 +1,11 @@
-"""The fast lanes: records read ahead and handed out without the lock.
+"""poll()'s fast lane: records read ahead in a batch and handed out one by one without the lock.
 
-poll()'s lane hands out a batch one record at a time; the asyncio consumer's chunk lane hands
-out whole consume() results on the event loop. Everything that changes what may be delivered
-takes a lane back first; these tests drive those changes while a lane is full, from the
-consuming thread (or task) and from another thread.
+Everything that changes what may be delivered takes the lane back first; these tests drive
+those changes while the lane is full, from the polling thread and from another thread.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 import time
@@ -16,7 +13,6 @@ import time
 from confluent_kafka import KafkaError, TopicPartition
 
 from safeconsumer import SafeConsumer
-from safeconsumer.aio import SafeAIOConsumer
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 from ..support import Received, checked_poll, keys, pump
@@ -135,103 +131,6 @@ def test_slow_processing_of_a_full_lane_still_reaches_librdkafka(kafka: KafkaTes
         assert offsets == list(range(len(offsets))) and len(offsets) >= 40
     finally:
         c.close()
-
-
-def test_pausing_a_partition_of_a_full_chunk_lane_stops_it_at_once(kafka: KafkaTestKit, protocol: Protocol) -> None:
-    """asyncio consume(): results waiting in the chunk lane are taken back by a pause."""
-    topic = kafka.create_topic(partitions=2)
-    kafka.produce(topic, 4000, partitions=2)
-    got = Received()
-
-    async def main() -> tuple[int, int]:
-        c = SafeAIOConsumer(kafka.consumer_conf(kafka.name("g"), protocol, enable_auto_commit=False))
-        await c.subscribe([topic])
-        laned = pauses = 0
-        try:
-            deadline = time.monotonic() + 90
-            while len(got.records) < 4000:
-                assert time.monotonic() < deadline, f"{len(got.records)} of 4000 records after 90 s"
-                batch = await c.consume(20, 1.0)
-                for msg in batch:
-                    got.add(msg)
-                laned += bool(c._chunks)
-                if len(batch) < 20 or not c._chunks or pauses >= 40:
-                    continue
-                pauses += 1
-                tp = TopicPartition(topic, got.records[-1][1])
-                await c.pause([tp])  # the lane holds results with records of tp
-                for _ in range(3):
-                    before = len(got.records)
-                    for msg in await c.consume(20, 0.05):
-                        got.add(msg)
-                    assert all(r[1] != tp.partition for r in got.records[before:]), "a paused record left the lane"
-                await c.resume([tp])
-            await c.commit(asynchronous=False)
-            committed = await c.committed([TopicPartition(topic, p) for p in range(2)], timeout=10)
-            assert sum(tp.offset for tp in committed) == 4000
-            assert c.consumer.delivery_stats().delivered == 4000
-            return laned, pauses
-        finally:
-            await c.close()
-
-    laned, pauses = asyncio.run(main())
-    assert laned > 10 and pauses > 10, f"the chunk lane was barely used ({laned} calls, {pauses} pauses)"
-    _assert_each_once_in_order(got, topic, 2, 4000)
-
-
-def test_a_chunk_lane_meets_pauses_from_another_thread(kafka: KafkaTestKit, protocol: Protocol) -> None:
-    """asyncio consume() while another thread toggles pause marks on the consumer underneath:
-    every record exactly once, in order, all committed."""
-    topic = kafka.create_topic(partitions=4)
-    n = 20000
-    kafka.produce(topic, n, partitions=4)
-    got = Received()
-    stop = threading.Event()
-    toggles = 0
-
-    async def main() -> int:
-        c = SafeAIOConsumer(kafka.consumer_conf(kafka.name("g"), protocol, enable_auto_commit=False))
-        await c.subscribe([topic])
-        underneath = c.consumer  # thread-safe: the toggling thread calls it directly
-
-        def toggle() -> None:
-            nonlocal toggles
-            rng = random.Random(11)
-            while not stop.is_set():
-                tp = TopicPartition(topic, rng.randrange(4))
-                underneath.pause([tp])
-                stop.wait(0.002)  # let the loop meet the pause: records are withheld, then released
-                underneath.resume([tp])
-                toggles += 1
-                stop.wait(0.01)
-
-        laned = 0
-        thread = threading.Thread(target=toggle, name="toggler")
-        try:
-            deadline = time.monotonic() + 120
-            while len(got.records) < n:
-                assert time.monotonic() < deadline, f"{len(got.records)} of {n} records after 120 s"
-                for msg in await c.consume(25, 0.2):
-                    got.add(msg)
-                laned += bool(c._chunks)
-                await asyncio.sleep(0.002)  # the application's work on the batch
-                if got.records and not thread.is_alive() and not stop.is_set():
-                    thread.start()
-            await c.commit(asynchronous=False)
-            committed = await c.committed([TopicPartition(topic, p) for p in range(4)], timeout=10)
-            assert sum(tp.offset for tp in committed) == n
-            assert c.consumer.delivery_stats().withheld > 0, "no record was ever withheld: the race was not exercised"
-            return laned
-        finally:
-            stop.set()
-            if thread.ident is not None:
-                thread.join()
-            await c.close()
-
-    laned = asyncio.run(main())
-    assert laned > 10, f"the chunk lane was barely used ({laned} calls)"
-    assert toggles > 50, "the toggling thread barely ran: the test proved nothing"
-    _assert_each_once_in_order(got, topic, 4, n)
 
 
 def _assert_each_once_in_order(got: Received, topic: str, partitions: int, n: int) -> None:

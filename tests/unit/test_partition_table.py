@@ -195,33 +195,3 @@ def test_taking_a_lane_back_leaves_the_app_a_prefix_in_order() -> None:
     taken: list[Message] = _partitions._drain(Interleaved())  # type: ignore[arg-type]
     assert got == [1]
     assert [m.offset() for m in taken] == [2, 3, 4]
-
-
-def test_chunks_are_handed_out_whole_and_the_last_one_popped_is_outstanding() -> None:
-    table = _table(A0, A1)
-    chunks = [[_msg(A0, 0), _msg(A1, 0)], [_msg(A0, 1), _msg(A1, 1)], [_msg(A0, 2)]]
-    table.count_delivered([m for c in chunks for m in c])
-    first = table.fill_chunks(chunks)
-    assert first is chunks[0] and list(table.chunks) == chunks[1:]
-    assert table.unprocessed_floor() == {A0: 0, A1: 0}, "the first result is outstanding"
-    assert table.first_undelivered(A0) == 1, "laned chunks are not delivered yet"
-    assert table.chunks.popleft() is chunks[1]  # await consume() on the loop
-    assert table.unprocessed_floor() == {A0: 1, A1: 1}, "the app came back after the first"
-    table.unlane()  # a rebalance, pause or seek from another thread
-    assert table.outstanding is chunks[1]
-    assert [(m.partition(), m.offset()) for m in table.ahead] == [(0, 2)]
-    assert table.delivered == 4 and table.laned == 0 and table.pending
-    table.came_back()
-    assert table.unprocessed_floor() == {A0: 2} and table.chunk_batch is None
-
-
-def test_coming_back_takes_the_chunk_lane_back_in_order() -> None:
-    table = _table(A0)
-    chunks = [[_msg(A0, 0)], [_msg(A0, 1)], [_msg(A0, 2)], [_msg(A0, 3)]]
-    table.count_delivered([m for c in chunks for m in c])
-    table.fill_chunks(chunks)
-    table.chunks.popleft()
-    assert table.laned == 2
-    table.came_back()
-    assert [m.offset() for m in table.ahead] == [2, 3] and table.delivered == 2
-    assert not table.pending and table.unprocessed_floor() == {A0: 2}
