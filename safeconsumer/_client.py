@@ -62,10 +62,14 @@ class RawClient:
         self._c = consumer
         self._group_id = group_id
         self._on_fatal = on_fatal
+        #: Told the code of every error librdkafka reports (the rebalance explainer's evidence).
+        self.on_error: Callable[[int], None] | None = None
 
     # -- error translation -----------------------------------------------------------------
     def check_event(self, error: KafkaError) -> None:
         """An error event on its way to the application: a fatal one stops the consumer."""
+        if self.on_error is not None:
+            self.on_error(error.code())
         fatal = classify(error, self._group_id)
         if fatal is not None:
             self._on_fatal(fatal, error)

@@ -36,7 +36,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, TracerProvider
 
-from ._client import RawClient
+from ._client import RawClient, group_generation
 from ._config import redact_config
 from ._delivery import DeliveryGate, DeliveryStats, next_offset
 from ._errors import (
@@ -50,6 +50,7 @@ from ._errors import (
     SafeConsumerError,
     error_type,
 )
+from ._health import FENCED_CODES, GroupDescriber, RebalanceExplainer
 from ._keepalive import KeepaliveMode, Keeper
 from ._partitions import PartitionTable
 from ._pause import Key, PauseLedger, PauseState, parse_topic_entries, subscription_can_match
@@ -289,6 +290,7 @@ class SafeConsumer(Consumer):
         commit_retry: CommitRetry | None = _DEFAULT_COMMIT_RETRY,
         meter_provider: MeterProvider | None = None,
         tracer_provider: TracerProvider | None = None,
+        explain_rebalances: bool = True,
         **kwargs: Any,
     ) -> None:
         """Create the consumer.
@@ -313,6 +315,11 @@ class SafeConsumer(Consumer):
         :param meter_provider: OpenTelemetry meter provider for this consumer's metrics;
             default the global one (a no-op unless the application installed an SDK).
         :param tracer_provider: OpenTelemetry tracer provider for its spans; default the global one.
+        :param explain_rebalances: find the cause of a rebalance a peer caused (which member
+            joined or left) by describing the group with the admin API from a background
+            thread, after the rebalance. ``False``: such rebalances are logged and counted
+            with the cause ``unknown``. The causes of this member's own rebalances are always
+            known.
         """
         # The config is judged as confluent_kafka and librdkafka judge it, before anything else.
         if more:
@@ -327,6 +334,8 @@ class SafeConsumer(Consumer):
             raise ValueError(f"keepalive must be 'auto' or 'off', got {keepalive!r}")
         if on_fatal not in ("raise", "exit"):
             raise ValueError(f"on_fatal must be 'raise' or 'exit', got {on_fatal!r}")
+        if not isinstance(explain_rebalances, bool):
+            raise TypeError(f"explain_rebalances must be a bool, got {type(explain_rebalances).__name__}")
         if commit_retry is not None and not isinstance(commit_retry, CommitRetry):
             raise TypeError(f"commit_retry must be a CommitRetry or None, got {type(commit_retry).__name__}")
         _positive("keepalive_after", keepalive_after, 1.0)
@@ -365,6 +374,17 @@ class SafeConsumer(Consumer):
             incremental=_is_incremental(config),
             protocol=_protocol_label(config),
         )
+        self._explainer = RebalanceExplainer(
+            group_id=self._group_id,
+            protocol=self._rebalancer.protocol,
+            telemetry=self._telemetry,
+            describer=GroupDescriber(config, self._group_id) if explain_rebalances and self._group_id else None,
+            member_id=self._member_id,
+            owned=lambda: len(self._table.owned),
+            generation=lambda: group_generation(self),
+        )
+        self._rebalancer.explainer = self._explainer
+        self._client.on_error = self._explainer.error_seen
         self._reader = Reader(
             self._client, self._table, self._gate, self._rebalancer, real_call_every=min(1.0, max_poll_s / 10)
         )
@@ -372,6 +392,15 @@ class SafeConsumer(Consumer):
 
     def __repr__(self) -> str:
         return f"<SafeConsumer group={self._group_id!r} {self._state.value}>"
+
+    def _member_id(self) -> str | None:
+        """This member's id in its group, if it has one (for the rebalance explainer's thread)."""
+        if self._state is not _State.OPEN:
+            return None
+        try:
+            return Consumer.memberid(self) or None
+        except (RuntimeError, KafkaException):
+            return None
 
     # -- state ---------------------------------------------------------------------------
     def _closed(self, method: str) -> SafeConsumerError:
@@ -420,6 +449,10 @@ class SafeConsumer(Consumer):
             if self._fatal is None:
                 self._fatal = fatal
                 self._telemetry.fatal(error_type(err, fatal))
+                if isinstance(fatal, GroupMaxSizeReachedError):
+                    self._explainer.fatal("group_full")
+                elif err.code() in FENCED_CODES or "fenced" in err.str().lower():
+                    self._explainer.fatal("fenced")
                 _log_critical(str(fatal), exiting=self._on_fatal == "exit")
                 self._keeper.stop(join=False)
                 if self._state is _State.OPEN:
@@ -434,6 +467,7 @@ class SafeConsumer(Consumer):
                     finally:
                         self._state = _State.CLOSED
                         self._table.cleared()
+                        self._explainer.close(wait=False)
                 if self._on_fatal == "exit":
                     _exit_process(EXIT_GROUP_MAX_SIZE if isinstance(fatal, GroupMaxSizeReachedError) else EXIT_FATAL)
         raise self._fatal from KafkaException(err)
@@ -992,6 +1026,7 @@ class SafeConsumer(Consumer):
             finally:
                 self._state = _State.CLOSED
                 self._table.cleared()
+                self._explainer.close()
             if failed is not None:
                 raise failed
 

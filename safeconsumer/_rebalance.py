@@ -34,6 +34,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from ._client import RawClient, group_generation
 from ._delivery import DeliveryGate
+from ._health import RebalanceExplainer
 from ._partitions import LeaveReason, PartitionTable
 from ._pause import Key, PauseLedger
 
@@ -95,13 +96,21 @@ class Rebalancer:
         #: The application's on_lost callbacks waiting to run in librdkafka's order, each with
         #: its partitions (which have already left): behind an error event read ahead.
         self.pending: list[tuple[RebalanceCallback, list[TopicPartition]]] = []
+        #: Finds each rebalance's cause (set by the consumer once it can describe its group).
+        self.explainer: RebalanceExplainer | None = None
 
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         self.run_pending()
         keys = _keys(partitions)
-        with self._telemetry.rebalance("assigned", keys, self.protocol):
-            self._on_assign(partitions, keys)
+        explainer = self.explainer
+        cause = explainer.local_cause("assigned", leaving=False) if explainer is not None else "unknown"
+        try:
+            with self._telemetry.rebalance("assigned", keys, self.protocol, cause):
+                self._on_assign(partitions, keys)
+        finally:
+            if explainer is not None:
+                explainer.callback("assigned", len(keys), cause)
         logger.info(
             "assigned %d partition(s) (%s, %s), now owning %d, %d effectively paused",
             len(keys),
@@ -168,15 +177,22 @@ class Rebalancer:
         self, partitions: list[TopicPartition], callback: RebalanceCallback | None, reason: LeaveReason
     ) -> None:
         keys = _keys(partitions)
-        with self._telemetry.rebalance(reason, keys, self.protocol):
-            if reason == "revoked":
-                self._gate.flush(force=True)
-            try:
-                if callback is not None:
-                    with self._user_callback():
-                        callback(self._consumer, partitions)
-            finally:
-                self._left(keys, reason, rebalance=True)
+        explainer = self.explainer
+        leaving = self.closing or not self.subscribed
+        cause = explainer.local_cause(reason, leaving=leaving) if explainer is not None else "unknown"
+        try:
+            with self._telemetry.rebalance(reason, keys, self.protocol, cause):
+                if reason == "revoked":
+                    self._gate.flush(force=True)
+                try:
+                    if callback is not None:
+                        with self._user_callback():
+                            callback(self._consumer, partitions)
+                finally:
+                    self._left(keys, reason, rebalance=True)
+        finally:
+            if explainer is not None:
+                explainer.callback(reason, len(keys), cause)
         logger.info(
             "%s %d partition(s) (%s, %s), now owning %d",
             reason,

@@ -13,7 +13,9 @@ instrument                                    kind               attributes
 ``messaging.client.consumed.messages``        counter            ``messaging.destination.name``,
                                                                  ``messaging.destination.partition.id``
 ``safeconsumer.rebalances``                   counter            ``safeconsumer.rebalance.change``:
-                                                                 assigned | revoked | lost
+                                                                 assigned | revoked | lost;
+                                                                 ``safeconsumer.rebalance.cause``
+                                                                 (see :mod:`safeconsumer._health`)
 ``safeconsumer.partitions.paused``            gauge              (the effective paused set of the assignment)
 ``safeconsumer.records.withheld``             counter
 ``safeconsumer.records.purged``               counter            ``safeconsumer.purge.reason``:
@@ -23,7 +25,9 @@ instrument                                    kind               attributes
 ``safeconsumer.fatal_errors``                 counter            ``error.type``
 ============================================  =================  ==============================================
 
-Spans: one per rebalance callback (``safeconsumer rebalance <change>``), one per parked span
+Spans: one per rebalance callback (``safeconsumer rebalance <change>``, with its cause when
+known in the callback), one per peer-caused rebalance once explained (``safeconsumer rebalance
+explained``: the cause and the peers that joined or left), one per parked span
 of the keepalive (``safeconsumer keepalive``), and ``process <topic>`` around the application's
 own processing of a record (:meth:`SafeConsumer.process`), which continues the trace whose
 context the record carries in its ``traceparent`` header. Payloads and keys are never recorded.
@@ -32,6 +36,7 @@ context the record carries in its ``traceparent`` header. Payloads and keys are 
 from __future__ import annotations
 
 import contextlib
+import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -190,10 +195,14 @@ class Telemetry:
 
     # -- events ----------------------------------------------------------------------------
     @contextlib.contextmanager
-    def rebalance(self, change: str, partitions: Iterable[Key], protocol: str) -> Iterator[Span]:
-        """Count a rebalance callback and wrap it in a span (an exception is recorded, then re-raised)."""
+    def rebalance(
+        self, change: str, partitions: Iterable[Key], protocol: str, cause: str | None = None
+    ) -> Iterator[Span]:
+        """Wrap a rebalance callback in a span (an exception is recorded, then re-raised), and
+        count it when its ``cause`` is known now (else :meth:`rebalance_caused` counts it later)."""
         keys = list(partitions)
-        self._rebalances.add(1, {**self.base, "safeconsumer.rebalance.change": change})
+        if cause is not None:
+            self.rebalance_caused(change, cause)
         attributes: dict[str, AttributeValue] = {
             **self.base,
             "safeconsumer.rebalance.change": change,
@@ -201,8 +210,29 @@ class Telemetry:
             "safeconsumer.rebalance.partitions": len(keys),
             "safeconsumer.rebalance.topics": sorted({t for t, _ in keys}),
         }
+        if cause is not None:
+            attributes["safeconsumer.rebalance.cause"] = cause
         with self._tracer.start_as_current_span(f"safeconsumer rebalance {change}", attributes=attributes) as span:
             yield span
+
+    def rebalance_caused(self, change: str, cause: str) -> None:
+        """Count one rebalance callback with its cause."""
+        self._rebalances.add(
+            1, {**self.base, "safeconsumer.rebalance.change": change, "safeconsumer.rebalance.cause": cause}
+        )
+
+    def rebalance_explained(self, cause: str, started: float, peers: list[str], protocol: str) -> None:
+        """A span from a peer-caused rebalance's first callback (``started``, monotonic) until now,
+        when describing the group explained it."""
+        start_ns = time.time_ns() - int((time.monotonic() - started) * 1e9)
+        attributes: dict[str, AttributeValue] = {
+            **self.base,
+            "safeconsumer.rebalance.cause": cause,
+            "safeconsumer.rebalance.protocol": protocol,
+            "safeconsumer.rebalance.peers": peers,
+        }
+        span = self._tracer.start_span("safeconsumer rebalance explained", attributes=attributes, start_time=start_ns)
+        span.end()
 
     def keepalive_started(self, mode: str) -> Span:
         """A parked span of time begins (it may end on another thread: not made current)."""

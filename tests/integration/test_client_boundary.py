@@ -8,6 +8,7 @@ work; here the classic protocols, where this fencing is immediate.
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,10 @@ def _fence(kafka: KafkaTestKit, topic: str, group: str, protocol: Protocol, inst
 
 
 @pytest.mark.parametrize("protocol", CLASSIC)
-def test_a_fatal_error_raised_by_commit_stops_the_consumer(kafka: KafkaTestKit, protocol: Protocol) -> None:
+def test_a_fatal_error_raised_by_commit_stops_the_consumer(
+    kafka: KafkaTestKit, protocol: Protocol, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="safeconsumer")
     topic = kafka.create_topic(partitions=1)
     group = kafka.name("g")
     instance = kafka.name("instance")
@@ -59,6 +63,8 @@ def test_a_fatal_error_raised_by_commit_stops_the_consumer(kafka: KafkaTestKit, 
                 call()
             assert again.value is err, "every later call raises the same fatal error"
         a.close()  # closing a stopped consumer does nothing
+        causes = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"rebalance of group {group!r}")]
+        assert any(": fenced;" in m for m in causes), causes
     finally:
         other.close()
 

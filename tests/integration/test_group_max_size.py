@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import time
@@ -28,7 +29,10 @@ def full_group_kafka(kafka_broker_factory: Callable[[Mapping[str, str]], Broker]
     kit.close()
 
 
-def test_third_member_fails_fast_and_stops_joining(full_group_kafka: KafkaTestKit, protocol: Protocol) -> None:
+def test_third_member_fails_fast_and_stops_joining(
+    full_group_kafka: KafkaTestKit, protocol: Protocol, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="safeconsumer")
     kafka = full_group_kafka
     topic, group, members = full_group(kafka, protocol)
     third = SafeConsumer(kafka.consumer_conf(group, protocol))
@@ -44,6 +48,8 @@ def test_third_member_fails_fast_and_stops_joining(full_group_kafka: KafkaTestKi
             call()
         assert again.value is err
     third.close()  # closing a stopped consumer is allowed and does nothing
+    causes = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"rebalance of group {group!r}")]
+    assert any(": group full;" in m for m in causes), causes
 
     before = kafka.describe_group(group)
     assert len(before.members) == 2
