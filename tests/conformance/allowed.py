@@ -84,6 +84,7 @@ OPTION_EXAMPLES = (
     ("commit_retry", "None"),
     ("meter_provider", "None"),
     ("tracer_provider", "None"),
+    ("explain_rebalances", "False"),
 )
 OPTIONS = tuple(name for name, _ in OPTION_EXAMPLES)
 _A_CONSUMER = returns(("<another consumer>",))

@@ -255,6 +255,7 @@ ctor(
     "K(CONF, commit_retry=None)",
     "K(CONF, meter_provider=None)",
     "K(CONF, tracer_provider=None)",
+    "K(CONF, explain_rebalances=False)",
 )
 
 # -- the methods, one canonical call each: run open, closed and uninitialised ---------------
