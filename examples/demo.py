@@ -11,6 +11,7 @@ production choice); the test suite covers range and KIP-848 as well.
 
 from __future__ import annotations
 
+import functools
 import logging
 import subprocess
 import sys
@@ -61,6 +62,10 @@ def _poll_until(members: list[Consumer], cond: Callable[[], bool], seconds: floa
             if sink is not None and m is not None and m.error() is None:
                 sink(c, m)
     return cond()
+
+
+def _owns_all(c: Consumer, n: int) -> bool:
+    return len(_keys(c)) == n
 
 
 def _keys(c: Consumer) -> set[tuple[str, int]]:
@@ -244,7 +249,78 @@ def dies_mid_batch(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
     return f"0 skipped: the next owner gets all {len(unfinished)} unfinished records", True
 
 
-# -- 6. GROUP_MAX_SIZE_REACHED -----------------------------------------------------------------------
+# -- 6. one group id shared by two applications ----------------------------------------------------
+class _CauseLines(logging.Handler):
+    """Collects SafeConsumer's rebalance-cause lines of one group (INFO, logger ``safeconsumer``)."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__(logging.INFO)
+        self.prefix = f"rebalance of group {group!r}"
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(self.prefix):
+            self.lines.append(record.getMessage())
+
+
+def shared_group_id(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
+    """Apps A (orders) and B (invoices) share one group id; B restarts twice. What does A see?"""
+    orders, invoices = kit.create_topic(partitions=2), kit.create_topic(partitions=2)
+    group = kit.name("g")
+    changes = 0
+
+    def on_change(_c: Any, partitions: list[TopicPartition]) -> None:
+        nonlocal changes
+        changes += bool(partitions)
+
+    causes = _CauseLines(group)
+    log = logging.getLogger("safeconsumer")
+    level, propagate = log.level, log.propagate
+    log.addHandler(causes)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # the demo prints its table, not the log
+    try:
+        a = make({**kit.consumer_conf(group, PROTOCOL), "client.id": "orders-app"})
+        a.subscribe([orders], on_assign=on_change, on_revoke=on_change)
+        _poll_until([a], lambda: len(_keys(a)) == 2, 45)
+        doctor = ""
+        for deploy in range(2):  # B deploys: starts, then stops
+            b = make({**kit.consumer_conf(group, PROTOCOL), "client.id": "billing-app"})
+            b.subscribe([invoices])
+            _poll_until([a, b], functools.partial(_owns_all, b, 2), 45)
+            _poll_for([a, b], 2.0, lambda _c, _m: None)  # the rebalance settles and is explained
+            if deploy == 1:
+                doctor = _run_doctor(kit.bootstrap_servers, group, [a, b])
+            b.close()
+            _poll_for([a], 3.0, lambda _c, _m: None)
+        a.close()
+    finally:
+        log.removeHandler(causes)
+        log.setLevel(level)
+        log.propagate = propagate
+    if not isinstance(a, SafeConsumer):
+        return f"{changes} rebalance callbacks at A while B restarted twice, no cause given", True
+    named = [line for line in causes.lines if "peer" in line and "client.id billing-app" in line]
+    found = '"shared_group_id"' in doctor
+    ok = len(named) >= 2 and found
+    return (
+        f"{changes} rebalance callbacks at A; {len(named)} rebalances logged naming billing-app; "
+        f"doctor: {'shared_group_id' if found else 'no finding'}"
+    ), ok
+
+
+def _run_doctor(bootstrap: str, group: str, members: list[Consumer]) -> str:
+    """``safeconsumer doctor --json`` on the group, while its members keep polling: its output."""
+    command = [sys.executable, "-m", "safeconsumer", "doctor", "--bootstrap-servers", bootstrap]
+    child = subprocess.Popen(
+        [*command, "--group", group, "--json"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    _poll_until(members, lambda: child.poll() is not None, 60)
+    out, _ = child.communicate(timeout=10)
+    return out if child.returncode == 1 else ""
+
+
+# -- 7. GROUP_MAX_SIZE_REACHED -----------------------------------------------------------------------
 def group_full(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
     """A third member joins a group at group.max.size=2. How long until it fails?"""
     topic = kit.create_topic(partitions=3)
@@ -280,6 +356,7 @@ SCENARIOS: list[tuple[str, Callable[[KafkaTestKit, Make], tuple[str, bool]]]] = 
     ("paused partition's records after rebalance", paused_records_after_rebalance),
     ("processing > max.poll.interval.ms", long_processing),
     ("process dies while working on a consume() batch (auto-commit defaults)", dies_mid_batch),
+    ("one group id shared by two applications (B restarts twice)", shared_group_id),
 ]
 
 

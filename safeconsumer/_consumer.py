@@ -455,6 +455,7 @@ class SafeConsumer(Consumer):
                     self._explainer.fatal("fenced")
                 _log_critical(str(fatal), exiting=self._on_fatal == "exit")
                 self._keeper.stop(join=False)
+                self._explainer.close(wait=False)
                 if self._state is _State.OPEN:
                     self._state = _State.CLOSING
                     self._rebalancer.closing = True
@@ -467,7 +468,6 @@ class SafeConsumer(Consumer):
                     finally:
                         self._state = _State.CLOSED
                         self._table.cleared()
-                        self._explainer.close(wait=False)
                 if self._on_fatal == "exit":
                     _exit_process(EXIT_GROUP_MAX_SIZE if isinstance(fatal, GroupMaxSizeReachedError) else EXIT_FATAL)
         raise self._fatal from KafkaException(err)
@@ -1005,8 +1005,10 @@ class SafeConsumer(Consumer):
         """Leave the group and release the client. Calling it again does nothing. Any thread may call it."""
         if self._state is not _State.OPEN:
             return
-        # The keeper polls under the lock: stop (and join) it before taking the lock.
+        # The keeper polls under the lock: stop (and join) it before taking the lock. The
+        # rebalance explainer stops too: close()'s own revocations are explained in place.
         self._keeper.stop()
+        self._explainer.close()
         with self._lock:
             if self._state is not _State.OPEN:
                 return
@@ -1026,7 +1028,6 @@ class SafeConsumer(Consumer):
             finally:
                 self._state = _State.CLOSED
                 self._table.cleared()
-                self._explainer.close()
             if failed is not None:
                 raise failed
 

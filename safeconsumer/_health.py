@@ -175,6 +175,8 @@ class RebalanceExplainer:
         self._describer = describer
         self._member_id = member_id
         self._owned = owned
+        #: This member's id, as of its last rebalance callback.
+        self._me: str | None = None
         self._generation = generation
         #: The generation (member epoch) and cause of the last rebalance explained: a later
         #: callback of the same generation is the rest of that rebalance (cooperative's second round).
@@ -233,6 +235,7 @@ class RebalanceExplainer:
             self._report("unknown", [])
             return
         generation = self._generation()
+        self._me = self._member_id()  # read here, on the consumer's thread: never from the explainer's
         with self._lock:
             self._waiting.append(_Callback(change, partitions, now, generation))
         self._start()
@@ -349,7 +352,7 @@ class RebalanceExplainer:
         return view
 
     def _explain(self, episode: list[_Callback], view: GroupView | None) -> Cause:
-        me = self._member_id()
+        me = self._me
         known = self._known
         peers: list[str] = []
         cause: Cause

@@ -1,0 +1,16 @@
+"""``python -m safeconsumer doctor ...`` (also the ``safeconsumer`` console script)."""
+
+from __future__ import annotations
+
+import sys
+
+from .doctor import main
+
+
+def console() -> None:
+    """The ``safeconsumer`` console script."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console()

@@ -1,0 +1,130 @@
+"""``safeconsumer doctor`` against live groups on the real broker (issue: group health).
+
+Each finding comes from a real scenario: two applications sharing a group id, a group at the
+size limit of a broker started with a small one; a healthy group has none. The doctor runs as
+a process, as an operator runs it, while the members keep polling.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+
+from safeconsumer import SafeConsumer
+from safeconsumer.testing import Broker, KafkaTestKit, Protocol
+
+from ..support import Received, full_group, pump
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMITS = {"group.max.size": "2", "group.consumer.max.size": "2"}
+
+
+def _doctor(
+    args: list[str], members: Sequence[tuple[Consumer, Received]], *, script: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run the doctor while ``members`` keep polling (so the group stays as it is)."""
+    command = [str(Path(sys.executable).parent / "safeconsumer")] if script else [sys.executable, "-m", "safeconsumer"]
+    child = subprocess.Popen(
+        [*command, "doctor", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    pump(members, lambda: child.poll() is not None, timeout=60, what="the doctor to finish")
+    out, err = child.communicate(timeout=10)
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+
+def _member(kafka: KafkaTestKit, group: str, protocol: Protocol, client_id: str, topic: str) -> SafeConsumer:
+    c = SafeConsumer({**kafka.consumer_conf(group, protocol), "client.id": client_id})
+    c.subscribe([topic])
+    return c
+
+
+def test_a_healthy_group_exits_0_and_its_json_describes_it(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    topic, group = kafka.create_topic(partitions=2), kafka.name("g")
+    c = _member(kafka, group, protocol, "orders", topic)
+    members = [(c, Received())]
+    try:
+        pump(members, lambda: len(c.assignment()) == 2, timeout=45, what="the member to own both partitions")
+        done = _doctor(["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json"], members)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        report = json.loads(done.stdout)
+        assert report["schema"] == 1 and report["healthy"] is True and report["findings"] == []
+        assert report["group"] == group and report["state"] == "stable"
+        assert report["protocol"] == ("consumer" if protocol == "consumer" else "classic")
+        assert report["coordinator"]["port"] == int(kafka.bootstrap_servers.rsplit(":", 1)[1])
+        assert report["limit"]["setting"] == ("group.consumer.max.size" if protocol == "consumer" else "group.max.size")
+        (member,) = report["members"]
+        assert member["client_id"] == "orders" and member["member_id"] == c.memberid()
+        assert member["assignment"] == {topic: [0, 1]} and member["instance_id"] is None
+    finally:
+        c.close()
+
+
+def test_two_applications_sharing_a_group_id_are_found(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    orders, invoices, group = kafka.create_topic(partitions=2), kafka.create_topic(partitions=2), kafka.name("g")
+    a = _member(kafka, group, protocol, "orders-app", orders)
+    b = _member(kafka, group, protocol, "billing-app", invoices)
+    members = [(a, Received()), (b, Received())]
+    try:
+        pump(members, lambda: len(a.assignment()) == 2 == len(b.assignment()), timeout=60, what="both apps assigned")
+        args = ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group]
+        human = _doctor(args, members, script=True)  # the console script, human output
+        assert human.returncode == 1, (human.stdout, human.stderr)
+        assert "WARNING shared_group_id" in human.stdout and "what to do: Give each application" in human.stdout
+        assert a.memberid() in human.stdout and "billing-app" in human.stdout
+        report = json.loads(_doctor([*args, "--json"], members).stdout)
+        (finding,) = report["findings"]
+        assert finding["code"] == "shared_group_id"
+        assert sorted(sorted(app["topics"]) for app in finding["details"]["applications"]) == sorted(
+            [[orders], [invoices]]
+        )
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.fixture
+def small_broker_kafka(kafka_broker_factory: Callable[[Mapping[str, str]], Broker]) -> Iterator[KafkaTestKit]:
+    kit = KafkaTestKit(kafka_broker_factory(LIMITS).bootstrap_servers, prefix="doctor")
+    yield kit
+    kit.close()
+
+
+def test_a_group_at_the_broker_s_size_limit_is_found(small_broker_kafka: KafkaTestKit, protocol: Protocol) -> None:
+    kafka = small_broker_kafka
+    _topic, group, members = full_group(kafka, protocol)
+    try:
+        done = _doctor(["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json"], list(members))
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        report = json.loads(done.stdout)
+        (finding,) = report["findings"]
+        setting = "group.consumer.max.size" if protocol == "consumer" else "group.max.size"
+        assert finding["code"] == "group_size" and finding["severity"] == "critical"
+        assert finding["details"] == {"members": 2, "limit": 2, "setting": setting}
+    finally:
+        for c, _ in members:
+            c.close()
+
+
+def test_an_unreachable_cluster_exits_2_with_a_message_and_no_traceback() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    args = ["doctor", "--bootstrap-servers", f"127.0.0.1:{port}", "--group", "g", "--timeout", "3"]
+    done = subprocess.run(
+        [sys.executable, "-m", "safeconsumer", *args],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"safeconsumer doctor: cannot connect to 127.0.0.1:{port}"), done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
