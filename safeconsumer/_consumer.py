@@ -36,7 +36,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, TracerProvider
 
-from ._client import RawClient, group_generation
+from ._client import RawClient
 from ._config import redact_config
 from ._delivery import DeliveryGate, DeliveryStats, next_offset
 from ._errors import (
@@ -364,6 +364,16 @@ class SafeConsumer(Consumer):
         self._lane = self._table.lane  # type: ignore[misc]  # the instance's own, not the class default
         self._telemetry = Telemetry(self._group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
         self._telemetry.bind(self._table)
+        protocol = _protocol_label(config)
+        self._explainer = RebalanceExplainer(
+            group_id=self._group_id,
+            protocol=protocol,
+            telemetry=self._telemetry,
+            describer=GroupDescriber(config, self._group_id) if explain_rebalances and self._group_id else None,
+            member_id=self._member_id,
+            owned=lambda: len(self._table.owned),
+        )
+        self._client.on_error = self._explainer.error_seen
         self._rebalancer = Rebalancer(
             self,
             self._client,
@@ -372,19 +382,9 @@ class SafeConsumer(Consumer):
             gate=self._gate,
             telemetry=self._telemetry,
             incremental=_is_incremental(config),
-            protocol=_protocol_label(config),
+            protocol=protocol,
+            explainer=self._explainer,
         )
-        self._explainer = RebalanceExplainer(
-            group_id=self._group_id,
-            protocol=self._rebalancer.protocol,
-            telemetry=self._telemetry,
-            describer=GroupDescriber(config, self._group_id) if explain_rebalances and self._group_id else None,
-            member_id=self._member_id,
-            owned=lambda: len(self._table.owned),
-            generation=lambda: group_generation(self),
-        )
-        self._rebalancer.explainer = self._explainer
-        self._client.on_error = self._explainer.error_seen
         self._reader = Reader(
             self._client, self._table, self._gate, self._rebalancer, real_call_every=min(1.0, max_poll_s / 10)
         )

@@ -53,7 +53,6 @@ FENCED_CODES = frozenset(
     {
         KafkaError.FENCED_INSTANCE_ID,
         KafkaError.FENCED_MEMBER_EPOCH,
-        KafkaError.UNKNOWN_MEMBER_ID,
         KafkaError._FENCED,
     }
 )
@@ -121,15 +120,19 @@ class GroupDescriber:
         self._conf = admin_config(config)
         self._group_id = group_id
         self._admin: Any = None
+        self._released = False
 
     def release(self) -> None:
-        """Drop the admin client (its threads end once it is collected)."""
+        """Drop the admin client (its threads end once it is collected); describe no more."""
+        self._released = True
         self._admin = None
 
     def describe(self, timeout: float) -> GroupView | None:
         """The group now, or None when the broker did not answer in time (logged at DEBUG)."""
         from confluent_kafka.admin import AdminClient
 
+        if self._released:
+            return None
         try:
             if self._admin is None:
                 self._admin = AdminClient(self._conf)
@@ -148,9 +151,7 @@ class GroupDescriber:
 @dataclass
 class _Callback:
     change: str
-    partitions: int
     at: float
-    generation: int | None
 
 
 class RebalanceExplainer:
@@ -165,7 +166,6 @@ class RebalanceExplainer:
         describer: GroupDescriber | None,
         member_id: Callable[[], str | None],
         owned: Callable[[], int],
-        generation: Callable[[], int | None],
         settle: float = 1.0,
         deadline: float = 15.0,
     ) -> None:
@@ -175,54 +175,56 @@ class RebalanceExplainer:
         self._describer = describer
         self._member_id = member_id
         self._owned = owned
-        #: This member's id, as of its last rebalance callback.
-        self._me: str | None = None
-        self._generation = generation
-        #: The generation (member epoch) and cause of the last rebalance explained: a later
-        #: callback of the same generation is the rest of that rebalance (cooperative's second round).
-        self._last: tuple[int, Cause] | None = None
         self._settle = settle
         self._deadline = deadline
+        #: This member's id, as of its last rebalance callback (read on the consumer's thread).
+        self._me: str | None = None
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
+        #: Callbacks waiting for their cause: a peer's doing (described) or a loss (judged).
         self._waiting: list[_Callback] = []
+        #: The members after the last explained rebalance (the baseline for the next one).
         self._known: dict[str, Member] | None = None
         self._refresh = False
         self._stopped = False
         self._thread: threading.Thread | None = None
-        #: Since this member's last assignment: error codes librdkafka reported.
-        self._errors: set[int] = set()
+        #: When librdkafka last reported each fencing or max-poll error code.
+        self._errors: dict[int, float] = {}
+        #: A revocation explained, its assignment not yet seen: (when, cause). An assignment
+        #: that follows completes that rebalance (eager's second half, cooperative's second round).
+        self._open_revocation: tuple[float, Cause] | None = None
         #: This member has been assigned since it subscribed (so an assignment is not a join).
         self.in_group = False
         self._last_logged: tuple[Cause, float] | None = None
 
     # -- what the consumer tells it ---------------------------------------------------------
     def error_seen(self, code: int) -> None:
-        """An error event or exception from librdkafka (only its code is kept)."""
+        """An error event or exception from librdkafka (only its code and time are kept)."""
         if code == KafkaError._MAX_POLL_EXCEEDED or code in FENCED_CODES:
-            self._errors.add(code)
+            self._errors[code] = time.monotonic()
 
     def local_cause(self, change: str, *, leaving: bool) -> Cause | None:
-        """The cause of a callback when this member's own state tells it, else None (a peer's)."""
+        """The cause of a callback when it is known now, else None (judged off the callback).
+
+        A loss is judged later: the error event announcing it may still be on its way (a
+        read-ahead call serves the loss before the event it returned is looked at).
+        """
         if change == "lost":
-            errors = self._errors
-            if errors & FENCED_CODES:
-                return "fenced"
-            if KafkaError._MAX_POLL_EXCEEDED in errors:
-                return "max_poll_exceeded"
-            return "session_lost"
+            return None
         if leaving:
             return "left"
         if change == "assigned" and not self.in_group:
             return "joined"
+        if self._describer is None:
+            return "unknown"
         return None
 
-    def callback(self, change: str, partitions: int, cause: Cause | None) -> None:
-        """A rebalance callback ran (``cause``: its local cause, already counted with its span)."""
+    def callback(self, change: str, cause: Cause | None) -> None:
+        """A rebalance callback ran (``cause``: known at once, and already counted with its span)."""
         now = time.monotonic()
+        self._me = self._member_id()  # read here, on the consumer's thread: never from the explainer's
         if change == "assigned":
             self.in_group = True
-            self._errors.clear()
         elif change == "lost" or cause == "left":
             self.in_group = False
         if cause is not None:
@@ -230,14 +232,13 @@ class RebalanceExplainer:
             if cause == "joined" and self._describer is not None:
                 self._start(refresh=True)  # learn the members, to name later peers
             return
-        if self._describer is None:
-            self._telemetry.rebalance_caused(change, "unknown")
-            self._report("unknown", [])
-            return
-        generation = self._generation()
-        self._me = self._member_id()  # read here, on the consumer's thread: never from the explainer's
         with self._lock:
-            self._waiting.append(_Callback(change, partitions, now, generation))
+            stopped = self._stopped
+            if not stopped:
+                self._waiting.append(_Callback(change, now))
+        if stopped:  # closing: no thread will explain it
+            self._telemetry.rebalance_caused(change, "unknown")
+            return
         self._start()
 
     def fatal(self, cause: Cause) -> None:
@@ -258,7 +259,7 @@ class RebalanceExplainer:
         with self._lock:
             left, self._waiting = self._waiting, []
         for cb in left:
-            self._telemetry.rebalance_caused(cb.change, "unknown")
+            self._telemetry.rebalance_caused(cb.change, self._loss_cause(cb) if cb.change == "lost" else "unknown")
         if left:
             logger.debug("closed before %d rebalance callback(s) were explained", len(left))
         if self._describer is not None:
@@ -288,7 +289,7 @@ class RebalanceExplainer:
                 return
             self._refresh = self._refresh or refresh
             self._wake.notify_all()
-            if self._thread is not None and self._thread.is_alive():
+            if self._thread is not None:
                 return
             self._thread = threading.Thread(
                 target=self._run, name=f"safeconsumer-rebalance-cause-{self._group_id}", daemon=True
@@ -298,43 +299,84 @@ class RebalanceExplainer:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._waiting and not self._refresh and not self._stopped:
-                    if not self._wake.wait(timeout=5.0):
-                        self._thread = None
-                        return  # idle: a later rebalance starts a new thread
+                while not (self._waiting or self._refresh or self._stopped):
+                    if not self._wake.wait(timeout=5.0) and not (self._waiting or self._refresh or self._stopped):
+                        self._thread = None  # idle: the next rebalance starts a new thread
+                        return
                 if self._stopped:
                     return
-            self._settled()
+                refresh, self._refresh = self._refresh, False
+            if refresh:
+                self._learn_members()
+            if not self._settled():
+                return
             with self._lock:
-                if self._stopped:
-                    return
                 episode, self._waiting = self._waiting, []
-                self._refresh = False
-            last = self._last
-            if episode and last is not None and all(cb.generation == last[0] for cb in episode):
-                for cb in episode:  # the rest of the rebalance already explained
-                    self._telemetry.rebalance_caused(cb.change, last[1])
-                continue
-            view = self._stable_view()
             if episode:
-                cause = self._explain(episode, view)
-                generations = [cb.generation for cb in episode if cb.generation is not None]
-                self._last = (generations[-1], cause) if generations else None
-            if view is not None:
+                self._handle(episode)
+
+    def _learn_members(self) -> None:
+        """The baseline after this member joined: one answer, taken at once (a peer joining a
+        moment later must not be in it), kept only if no rebalance began meanwhile."""
+        assert self._describer is not None
+        view = self._describer.describe(timeout=DESCRIBE_TIMEOUT)
+        with self._lock:
+            if view is not None and not self._waiting:
                 self._known = view.members
 
-    def _settled(self) -> None:
-        """Wait until no callback came for ``settle`` seconds (one rebalance may run several)."""
+    def _settled(self) -> bool:
+        """Wait until no callback came for ``settle`` seconds (one rebalance may run several).
+
+        False once stopped.
+        """
         end = time.monotonic() + self._deadline
         while True:
             with self._lock:
                 if self._stopped:
-                    return
+                    return False
                 last = self._waiting[-1].at if self._waiting else 0.0
                 wait = last + self._settle - time.monotonic()
                 if wait <= 0 or time.monotonic() >= end:
-                    return
+                    return True
                 self._wake.wait(timeout=wait)
+
+    def _handle(self, episode: list[_Callback]) -> None:
+        losses = [cb for cb in episode if cb.change == "lost"]
+        for cb in losses:
+            cause = self._loss_cause(cb)
+            self._telemetry.rebalance_caused(cb.change, cause)
+            self._report(cause, [])
+        rest = [cb for cb in episode if cb.change != "lost"]
+        if not rest:
+            return
+        opened = self._open_revocation
+        if (
+            opened is not None
+            and all(cb.change == "assigned" for cb in rest)
+            and rest[0].at - opened[0] < self._deadline
+        ):
+            self._open_revocation = None
+            for cb in rest:  # the rest of a rebalance already explained
+                self._telemetry.rebalance_caused(cb.change, opened[1])
+            return
+        view = self._stable_view()
+        with self._lock:  # callbacks that came while describing belong to the change described
+            rest += self._waiting
+            self._waiting = []
+        cause = self._explain(rest, view)
+        ended_revoking = rest[-1].change == "revoked"
+        self._open_revocation = (rest[-1].at, cause) if ended_revoking else None
+        if view is not None:
+            self._known = view.members
+
+    def _loss_cause(self, cb: _Callback) -> Cause:
+        """Why partitions were lost: the error librdkafka reported around the loss, if any."""
+        near = {code for code, at in self._errors.items() if cb.at - 30.0 <= at <= cb.at + self._deadline}
+        if near & FENCED_CODES:
+            return "fenced"
+        if KafkaError._MAX_POLL_EXCEEDED in near:
+            return "max_poll_exceeded"
+        return "session_lost"
 
     def _stable_view(self) -> GroupView | None:
         """The group once the broker says it is stable (or the last answer, at the deadline)."""

@@ -65,6 +65,7 @@ class Rebalancer:
         telemetry: Telemetry,
         incremental: bool,
         protocol: str,
+        explainer: RebalanceExplainer,
     ):
         self._consumer = consumer
         self._client = client
@@ -96,21 +97,15 @@ class Rebalancer:
         #: The application's on_lost callbacks waiting to run in librdkafka's order, each with
         #: its partitions (which have already left): behind an error event read ahead.
         self.pending: list[tuple[RebalanceCallback, list[TopicPartition]]] = []
-        #: Finds each rebalance's cause (set by the consumer once it can describe its group).
-        self.explainer: RebalanceExplainer | None = None
+        #: Finds and reports each rebalance's cause.
+        self._explainer = explainer
 
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         self.run_pending()
         keys = _keys(partitions)
-        explainer = self.explainer
-        cause = explainer.local_cause("assigned", leaving=False) if explainer is not None else "unknown"
-        try:
-            with self._telemetry.rebalance("assigned", keys, self.protocol, cause):
-                self._on_assign(partitions, keys)
-        finally:
-            if explainer is not None:
-                explainer.callback("assigned", len(keys), cause)
+        with self._explained("assigned", keys, leaving=False):
+            self._on_assign(partitions, keys)
         logger.info(
             "assigned %d partition(s) (%s, %s), now owning %d, %d effectively paused",
             len(keys),
@@ -177,22 +172,15 @@ class Rebalancer:
         self, partitions: list[TopicPartition], callback: RebalanceCallback | None, reason: LeaveReason
     ) -> None:
         keys = _keys(partitions)
-        explainer = self.explainer
-        leaving = self.closing or not self.subscribed
-        cause = explainer.local_cause(reason, leaving=leaving) if explainer is not None else "unknown"
-        try:
-            with self._telemetry.rebalance(reason, keys, self.protocol, cause):
-                if reason == "revoked":
-                    self._gate.flush(force=True)
-                try:
-                    if callback is not None:
-                        with self._user_callback():
-                            callback(self._consumer, partitions)
-                finally:
-                    self._left(keys, reason, rebalance=True)
-        finally:
-            if explainer is not None:
-                explainer.callback(reason, len(keys), cause)
+        with self._explained(reason, keys, leaving=self.closing or not self.subscribed):
+            if reason == "revoked":
+                self._gate.flush(force=True)
+            try:
+                if callback is not None:
+                    with self._user_callback():
+                        callback(self._consumer, partitions)
+            finally:
+                self._left(keys, reason, rebalance=True)
         logger.info(
             "%s %d partition(s) (%s, %s), now owning %d",
             reason,
@@ -201,6 +189,16 @@ class Rebalancer:
             self._generation(),
             len(self._table.owned),
         )
+
+    @contextlib.contextmanager
+    def _explained(self, change: str, keys: list[Key], *, leaving: bool) -> Iterator[None]:
+        """One rebalance callback: its span (with its cause when known now), then its cause reported."""
+        cause = self._explainer.local_cause(change, leaving=leaving)
+        try:
+            with self._telemetry.rebalance(change, keys, self.protocol, cause):
+                yield
+        finally:
+            self._explainer.callback(change, cause)
 
     def _generation(self) -> str:
         generation = group_generation(self._consumer)

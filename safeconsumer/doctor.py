@@ -20,6 +20,7 @@ object whose shape is documented in ``docs/group-health.md`` (``"schema": 1``).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import logging
 import math
@@ -116,8 +117,9 @@ def diagnose(
     try:
         future = admin.describe_consumer_groups([group], request_timeout=timeout)[group]
         description = future.result(timeout=timeout + 1)
-    except KafkaException as exc:
-        raise CannotConnect(f"cannot describe group {group!r} on {bootstrap_servers}: {exc.args[0]}") from None
+    except (KafkaException, concurrent.futures.TimeoutError) as exc:
+        reason = exc.args[0] if exc.args else "timed out"
+        raise CannotConnect(f"cannot describe group {group!r} on {bootstrap_servers}: {reason}") from None
     members = [
         MemberReport(
             member_id=m.member_id,
@@ -165,7 +167,7 @@ def _size_limit(admin: AdminClient, broker_id: int | None, protocol: str, timeou
     resource = ConfigResource(ResourceType.BROKER, str(broker_id))
     try:
         entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout + 1)
-    except KafkaException:
+    except (KafkaException, concurrent.futures.TimeoutError):
         return None
     entry = entries.get(setting)
     if entry is None or entry.value is None:

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError
 
 from safeconsumer._health import GroupView, Member, RebalanceExplainer, admin_config
@@ -47,7 +48,7 @@ def _view(state: str, *ids: str) -> GroupView:
     return GroupView(state, {i: Member(i, f"client-{i}", "/10.0.0.1", None) for i in ids})
 
 
-def _explainer(group: Group | None, generation: list[int]) -> tuple[RebalanceExplainer, Telemetry]:
+def _explainer(group: Group | None) -> tuple[RebalanceExplainer, Telemetry]:
     telemetry = Telemetry()
     explainer = RebalanceExplainer(
         group_id="g",
@@ -56,28 +57,48 @@ def _explainer(group: Group | None, generation: list[int]) -> tuple[RebalanceExp
         describer=group,  # type: ignore[arg-type]
         member_id=lambda: "me",
         owned=lambda: 2,
-        generation=lambda: generation[0],
         settle=0.05,
         deadline=2.0,
     )
     return explainer, telemetry
 
 
+def _joined(explainer: RebalanceExplainer) -> None:
+    explainer.callback("assigned", "joined")
+    wait_until(lambda: explainer._known is not None, timeout=5, what="the members learnt")
+
+
 def test_this_member_s_own_causes_are_known_in_the_callback() -> None:
-    explainer, _ = _explainer(None, [1])
+    explainer, _ = _explainer(Group(None))
     assert explainer.local_cause("assigned", leaving=False) == "joined"
-    explainer.callback("assigned", 2, "joined")
+    explainer.callback("assigned", "joined")
     assert explainer.local_cause("assigned", leaving=False) is None, "in the group now: a peer's doing"
     assert explainer.local_cause("revoked", leaving=False) is None
     assert explainer.local_cause("revoked", leaving=True) == "left"
-    assert explainer.local_cause("lost", leaving=False) == "session_lost"
-    explainer.error_seen(KafkaError._MAX_POLL_EXCEEDED)
-    assert explainer.local_cause("lost", leaving=False) == "max_poll_exceeded"
-    explainer.error_seen(KafkaError.FENCED_INSTANCE_ID)
-    assert explainer.local_cause("lost", leaving=False) == "fenced"
-    explainer.error_seen(KafkaError._TRANSPORT)  # not evidence of anything
-    explainer.callback("assigned", 2, None)  # an assignment clears the evidence
-    assert explainer.local_cause("lost", leaving=False) == "session_lost"
+    assert explainer.local_cause("lost", leaving=False) is None, "a loss is judged after its error event"
+    explainer.close()
+    alone, _ = _explainer(None)
+    alone.in_group = True
+    assert alone.local_cause("revoked", leaving=False) == "unknown", "without describing, a peer's doing is unknown"
+
+
+@pytest.mark.parametrize(
+    ("codes", "cause"),
+    [
+        ([], "session_lost"),
+        ([KafkaError._TRANSPORT], "session_lost"),
+        ([KafkaError._MAX_POLL_EXCEEDED], "max_poll_exceeded"),
+        ([KafkaError._MAX_POLL_EXCEEDED, KafkaError.FENCED_INSTANCE_ID], "fenced"),
+    ],
+)
+def test_a_loss_is_judged_by_the_errors_around_it(codes: list[int], cause: str) -> None:
+    explainer, telemetry = _explainer(Group(None))
+    explainer.in_group = True
+    explainer.callback("lost", None)  # the loss is served before the error event is looked at
+    for code in codes:
+        explainer.error_seen(code)
+    wait_until(lambda: bool(telemetry.counted), timeout=5, what="the loss counted")
+    assert telemetry.counted == [("lost", cause)]
     explainer.close()
 
 
@@ -87,13 +108,10 @@ def test_peers_that_joined_and_left_are_named_once_the_group_is_stable() -> None
         _view("PREPARING_REBALANCE", "me", "b", "c"),
         _view("STABLE", "me", "c"),
     )
-    generation = [1]
-    explainer, telemetry = _explainer(group, generation)
-    explainer.callback("assigned", 2, "joined")
-    wait_until(lambda: explainer._known is not None, timeout=5, what="the members learnt")
-    generation[0] = 2
-    explainer.callback("revoked", 2, None)
-    explainer.callback("assigned", 1, None)
+    explainer, telemetry = _explainer(group)
+    _joined(explainer)
+    explainer.callback("revoked", None)
+    explainer.callback("assigned", None)
     wait_until(lambda: bool(telemetry.explained), timeout=5, what="the rebalance explained")
     cause, peers = telemetry.explained[0]
     assert cause == "peers_changed"
@@ -106,35 +124,40 @@ def test_peers_that_joined_and_left_are_named_once_the_group_is_stable() -> None
     explainer.close()
 
 
-def test_the_rest_of_an_explained_rebalance_gets_its_cause_without_describing_again() -> None:
-    group = Group(_view("STABLE", "me"), _view("STABLE", "me", "b"))
-    generation = [1]
-    explainer, telemetry = _explainer(group, generation)
-    explainer.callback("assigned", 4, "joined")
-    wait_until(lambda: explainer._known is not None, timeout=5, what="the members learnt")
-    generation[0] = 2
-    explainer.callback("revoked", 2, None)
-    wait_until(lambda: bool(telemetry.explained), timeout=5, what="the rebalance explained")
+def test_an_assignment_after_an_explained_revocation_completes_that_rebalance() -> None:
+    """Eager's second half, or cooperative's second round, arriving after the first was explained."""
+    group = Group(_view("STABLE", "me"), _view("STABLE", "me", "b"), _view("STABLE", "me"))
+    explainer, telemetry = _explainer(group)
+    _joined(explainer)
+    explainer.callback("revoked", None)
+    wait_until(lambda: bool(telemetry.explained), timeout=5, what="the revocation explained")
     calls = group.calls
-    explainer.callback("assigned", 0, None)  # cooperative's second round, same generation
-    wait_until(lambda: len(telemetry.counted) == 2, timeout=5, what="the second callback counted")
+    explainer.callback("assigned", None)
+    wait_until(lambda: len(telemetry.counted) == 2, timeout=5, what="the assignment counted")
     assert telemetry.counted == [("revoked", "peer_joined"), ("assigned", "peer_joined")]
     assert group.calls == calls and len(telemetry.explained) == 1
+    explainer.callback("revoked", None)  # the next rebalance starts: described again
+    explainer.callback("assigned", None)
+    wait_until(lambda: len(telemetry.explained) == 2, timeout=5, what="the next rebalance explained")
+    assert telemetry.explained[1][0] == "peer_left"
+    assert telemetry.counted[2:] == [("revoked", "peer_left"), ("assigned", "peer_left")]
     explainer.close()
 
 
 def test_without_an_answer_the_cause_is_unknown_and_close_does_not_hang() -> None:
     group = Group(None)
-    explainer, telemetry = _explainer(group, [1])
+    explainer, telemetry = _explainer(group)
     explainer.in_group = True
-    explainer.callback("revoked", 1, None)
+    explainer.callback("revoked", None)
     wait_until(lambda: bool(telemetry.counted), timeout=10, what="the callback counted")
     assert telemetry.counted == [("revoked", "unknown")]
-    explainer.callback("assigned", 1, None)
+    explainer.callback("assigned", None)
     started = time.monotonic()
     explainer.close()
     assert time.monotonic() - started < 5
     assert ("assigned", "unknown") in telemetry.counted
+    explainer.callback("assigned", None)  # after close: counted at once, never left waiting
+    assert telemetry.counted.count(("assigned", "unknown")) == 2
     assert not [t for t in threading.enumerate() if t.name.startswith("safeconsumer-rebalance-cause")]
 
 
