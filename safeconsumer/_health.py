@@ -349,20 +349,24 @@ class RebalanceExplainer:
         rest = [cb for cb in episode if cb.change != "lost"]
         if not rest:
             return
-        opened = self._open_revocation
+        view = self._stable_view()
+        with self._lock:  # callbacks that came while describing belong to the change described
+            rest += [cb for cb in self._waiting if cb.change != "lost"]
+            self._waiting = [cb for cb in self._waiting if cb.change == "lost"]
+        opened, known = self._open_revocation, self._known
         if (
             opened is not None
             and all(cb.change == "assigned" for cb in rest)
-            and rest[0].at - opened[0] < self._deadline
+            and view is not None
+            and known is not None
+            and view.members.keys() == known.keys()
         ):
+            # No member came or went since the revocation was explained: this assignment is
+            # the rest of that rebalance (eager's second half, cooperative's second round).
             self._open_revocation = None
-            for cb in rest:  # the rest of a rebalance already explained
+            for cb in rest:
                 self._telemetry.rebalance_caused(cb.change, opened[1])
             return
-        view = self._stable_view()
-        with self._lock:  # callbacks that came while describing belong to the change described
-            rest += self._waiting
-            self._waiting = []
         cause = self._explain(rest, view)
         ended_revoking = rest[-1].change == "revoked"
         self._open_revocation = (rest[-1].at, cause) if ended_revoking else None

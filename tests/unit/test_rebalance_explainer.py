@@ -125,8 +125,9 @@ def test_peers_that_joined_and_left_are_named_once_the_group_is_stable() -> None
 
 
 def test_an_assignment_after_an_explained_revocation_completes_that_rebalance() -> None:
-    """Eager's second half, or cooperative's second round, arriving after the first was explained."""
-    group = Group(_view("STABLE", "me"), _view("STABLE", "me", "b"), _view("STABLE", "me"))
+    """Eager's second half, or cooperative's second round, arriving after the first was explained:
+    the group is described again, and with the same members it is the same rebalance."""
+    group = Group(_view("STABLE", "me"), _view("STABLE", "me", "b"), _view("STABLE", "me", "b"), _view("STABLE", "me"))
     explainer, telemetry = _explainer(group)
     _joined(explainer)
     explainer.callback("revoked", None)
@@ -135,7 +136,7 @@ def test_an_assignment_after_an_explained_revocation_completes_that_rebalance() 
     explainer.callback("assigned", None)
     wait_until(lambda: len(telemetry.counted) == 2, timeout=5, what="the assignment counted")
     assert telemetry.counted == [("revoked", "peer_joined"), ("assigned", "peer_joined")]
-    assert group.calls == calls and len(telemetry.explained) == 1
+    assert group.calls == calls + 1 and len(telemetry.explained) == 1, "described: no member came or went"
     explainer.callback("revoked", None)  # the next rebalance starts: described again
     explainer.callback("assigned", None)
     wait_until(lambda: len(telemetry.explained) == 2, timeout=5, what="the next rebalance explained")
