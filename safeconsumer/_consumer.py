@@ -27,6 +27,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from ._errors import (
 )
 from ._health import FENCED_CODES, GroupDescriber, RebalanceExplainer
 from ._keepalive import KeepaliveMode, Keeper
+from ._memory import PROCESS, FetchLimits, estimate, mib, parse_budget
 from ._partitions import PartitionTable
 from ._pause import Key, PauseLedger, PauseState, parse_topic_entries, subscription_can_match
 from ._reader import Reader
@@ -291,6 +293,7 @@ class SafeConsumer(Consumer):
         meter_provider: MeterProvider | None = None,
         tracer_provider: TracerProvider | None = None,
         explain_rebalances: bool = True,
+        fetch_memory_budget: int | None = None,
         **kwargs: Any,
     ) -> None:
         """Create the consumer.
@@ -320,6 +323,11 @@ class SafeConsumer(Consumer):
             thread, after the rebalance. ``False``: such rebalances are logged and counted
             with the cause ``unknown``. The causes of this member's own rebalances are always
             known.
+        :param fetch_memory_budget: bytes this process's SafeConsumers may buffer at worst
+            (``None``: no budget). On every assignment change the worst case of all of them is
+            estimated from their configs and assignments (see docs/group-health.md); above the
+            budget a WARNING names the settings to change. Raises ``ValueError`` if this
+            consumer alone exceeds it before owning any partition.
         """
         # The config is judged as confluent_kafka and librdkafka judge it, before anything else.
         if more:
@@ -336,6 +344,7 @@ class SafeConsumer(Consumer):
             raise ValueError(f"on_fatal must be 'raise' or 'exit', got {on_fatal!r}")
         if not isinstance(explain_rebalances, bool):
             raise TypeError(f"explain_rebalances must be a bool, got {type(explain_rebalances).__name__}")
+        budget = parse_budget(fetch_memory_budget)
         if commit_retry is not None and not isinstance(commit_retry, CommitRetry):
             raise TypeError(f"commit_retry must be a CommitRetry or None, got {type(commit_retry).__name__}")
         _positive("keepalive_after", keepalive_after, 1.0)
@@ -346,6 +355,14 @@ class SafeConsumer(Consumer):
         config["enable.auto.offset.store"] = False
         logger.debug("creating SafeConsumer with config %s", redact_config(config))
         super().__init__(config)  # librdkafka judges every other setting here
+        limits = FetchLimits.from_config(config)
+        alone = estimate(limits, 0)
+        if budget is not None and alone.total > budget:
+            Consumer.close(self)
+            raise ValueError(
+                f"fetch_memory_budget {mib(budget)} is less than this one consumer may buffer before it owns "
+                f"any partition: {alone.describe()}; lower those settings or raise the budget"
+            )
         max_poll_s = float(config.get("max.poll.interval.ms", 300000)) / 1000
         after = _positive("keepalive_after", keepalive_after, max_poll_s / 2)
         ceiling = _positive("keepalive_max", keepalive_max, max_poll_s * 10)
@@ -389,6 +406,10 @@ class SafeConsumer(Consumer):
             self._client, self._table, self._gate, self._rebalancer, real_call_every=min(1.0, max_poll_s / 10)
         )
         self._keeper = Keeper(_KeepaliveLink(self), mode=keepalive, after=after, ceiling=ceiling)
+        key = id(self)
+        PROCESS.join(key, limits, budget)
+        weakref.finalize(self, PROCESS.leave, key)
+        self._rebalancer.owned_changed = lambda n: PROCESS.check(key, n, self._group_id)
 
     def __repr__(self) -> str:
         return f"<SafeConsumer group={self._group_id!r} {self._state.value}>"
@@ -1028,6 +1049,7 @@ class SafeConsumer(Consumer):
             finally:
                 self._state = _State.CLOSED
                 self._table.cleared()
+                PROCESS.leave(id(self))
             if failed is not None:
                 raise failed
 

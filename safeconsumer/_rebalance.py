@@ -99,6 +99,8 @@ class Rebalancer:
         self.pending: list[tuple[RebalanceCallback, list[TopicPartition]]] = []
         #: Finds and reports each rebalance's cause.
         self._explainer = explainer
+        #: Told how many partitions are owned after every assignment change (fetch memory).
+        self.owned_changed: Callable[[int], object] = lambda _n: None
 
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
@@ -114,6 +116,7 @@ class Rebalancer:
             len(self._table.owned),
             self._table.intent_paused,
         )
+        self.owned_changed(len(self._table.owned))
 
     def _on_assign(self, partitions: list[TopicPartition], keys: list[Key]) -> None:
         table = self._table
@@ -189,6 +192,7 @@ class Rebalancer:
             self._generation(),
             len(self._table.owned),
         )
+        self.owned_changed(len(self._table.owned))
 
     @contextlib.contextmanager
     def _explained(self, change: str, keys: list[Key], *, leaving: bool) -> Iterator[None]:
@@ -241,6 +245,7 @@ class Rebalancer:
         self._client.assign(applied)
         self._ledger.unmark_partitions(table.assigned(keys, replace=True))
         self.sync(fresh=keys)
+        self.owned_changed(len(table.owned))
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         keys = _keys(partitions)
@@ -249,6 +254,7 @@ class Rebalancer:
         self._client.incremental_assign(partitions)
         self._ledger.unmark_partitions(self._table.assigned(keys, replace=False))
         self.sync(fresh=keys)
+        self.owned_changed(len(self._table.owned))
 
     def unassign(self, partitions: list[TopicPartition] | None) -> None:
         """``unassign()`` (None) or ``incremental_unassign(partitions)``."""
@@ -259,6 +265,7 @@ class Rebalancer:
             self._client.unassign()
         else:
             self._client.incremental_unassign(partitions)
+        self.owned_changed(len(self._table.owned))
 
     def unsubscribed(self) -> None:
         """``unsubscribe()`` was called: the coming revocation of what is owned is final."""

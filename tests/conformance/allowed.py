@@ -85,6 +85,7 @@ OPTION_EXAMPLES = (
     ("meter_provider", "None"),
     ("tracer_provider", "None"),
     ("explain_rebalances", "False"),
+    ("fetch_memory_budget", "None"),
 )
 OPTIONS = tuple(name for name, _ in OPTION_EXAMPLES)
 _A_CONSUMER = returns(("<another consumer>",))

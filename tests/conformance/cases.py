@@ -256,6 +256,7 @@ ctor(
     "K(CONF, meter_provider=None)",
     "K(CONF, tracer_provider=None)",
     "K(CONF, explain_rebalances=False)",
+    "K(CONF, fetch_memory_budget=None)",
 )
 
 # -- the methods, one canonical call each: run open, closed and uninitialised ---------------

@@ -6,10 +6,12 @@ one of them, the test fails and tells us the library's assumptions need a second
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from safeconsumer.testing import Broker, KafkaTestKit, Protocol
 
@@ -139,3 +141,83 @@ def test_raw_group_max_size_is_a_fatal_event_under_kip848(small_group_kafka: Kaf
     finally:
         for c, _ in [*members, (third, r3)]:
             c.close()
+
+
+# -- record size limits (what the doctor's record_size finding rests on) ----------------------
+BIG = 3 << 20  # one record larger than every consumer fetch limit tried below
+
+
+@pytest.fixture
+def big_record_topic(kafka: KafkaTestKit) -> str:
+    """A topic allowing 8 MiB records, holding one record of 3 MiB then a small one."""
+    topic = kafka.name("big")
+    futures = kafka.admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": str(8 << 20)})])
+    futures[topic].result()
+    kafka.wait_for_partitions(topic, 1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "message.max.bytes": 8 << 20})
+    producer.produce(topic, b"\x00" * BIG, partition=0)
+    producer.produce(topic, b"small", partition=0)
+    assert producer.flush(30) == 0, "the records were not acked"
+    return topic
+
+
+def _read(conf: dict[str, object], topic: str, seconds: float) -> tuple[list[int], list[KafkaError]]:
+    """Sizes of the records read from offset 0 within ``seconds`` (assign, no group), and error_cb's errors."""
+    errors: list[KafkaError] = []
+    c = Consumer({**conf, "error_cb": errors.append})
+    c.assign([TopicPartition(topic, 0, 0)])
+    sizes: list[int] = []
+    deadline = time.monotonic() + seconds
+    try:
+        while len(sizes) < 2 and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is not None and msg.error() is None:
+                sizes.append(len(msg.value() or b""))
+    finally:
+        c.close()
+    return sizes, errors
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max.partition.fetch.bytes": 65536},
+        {"fetch.max.bytes": 1 << 20, "message.max.bytes": 1 << 20},
+    ],
+    ids=["max.partition.fetch.bytes", "fetch.max.bytes"],
+)
+def test_raw_record_larger_than_a_fetch_size_limit_is_still_delivered(
+    kafka: KafkaTestKit, big_record_topic: str, limits: dict[str, object]
+) -> None:
+    """Fetch v3+ (KIP-74): the broker returns a first batch larger than either fetch limit; it arrives."""
+    conf = {"bootstrap.servers": kafka.bootstrap_servers, "group.id": kafka.name("g"), **limits}
+    sizes, _ = _read(conf, big_record_topic, 30)
+    assert sizes == [BIG, 5], f"the 3 MiB record and the next one arrive with {limits}"
+
+
+def test_raw_record_larger_than_receive_message_max_bytes_stalls_the_partition(
+    kafka: KafkaTestKit, big_record_topic: str
+) -> None:
+    """A fetch response above receive.message.max.bytes is refused whole, and re-fetched forever.
+
+    poll() returns nothing (no record, no error event): the only signs are error_cb's _BAD_MSG
+    naming receive.message.max.bytes and the connection's reconnects.
+    """
+    conf = {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        "group.id": kafka.name("g"),
+        "receive.message.max.bytes": 2 << 20,
+        "fetch.max.bytes": 1 << 20,
+        "message.max.bytes": 1 << 20,
+    }
+    sizes, errors = _read(conf, big_record_topic, 8)
+    assert sizes == [], "no record gets past a response larger than receive.message.max.bytes"
+    bad = [e for e in errors if e.code() == KafkaError._BAD_MSG]
+    assert len(bad) >= 1 and "receive.message.max.bytes" in bad[0].str(), errors
+    assert not any(e.fatal() for e in errors), "the stall is not fatal: it never ends by itself"
+
+
+def test_raw_receive_message_max_bytes_must_exceed_fetch_max_bytes() -> None:
+    """librdkafka refuses a config whose receive limit cannot hold one fetch response."""
+    with pytest.raises(KafkaException, match=r"receive.message.max.bytes. must be >= .fetch.max.bytes. \+ 512"):
+        Consumer({"group.id": "g", "receive.message.max.bytes": 2 << 20, "fetch.max.bytes": 2 << 20})

@@ -1,0 +1,101 @@
+"""Fetch memory: the estimate bounds what a consumer really buffers, and the budget warns."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from safeconsumer import SafeConsumer
+from safeconsumer._memory import FetchLimits, estimate
+from safeconsumer.testing import KafkaTestKit, Protocol
+
+from ..support import Received, checked_pump
+
+MiB = 1 << 20
+
+
+def test_estimate_bounds_the_measured_rss_growth(kafka: KafkaTestKit) -> None:
+    """A flood of 200 kB records: librdkafka fills its queue; RSS grows by no more than the estimate."""
+    topic = kafka.create_topic(partitions=3)
+    kafka.produce(topic, 300, partitions=3, value_size=200_000)  # 60 MB, more than the queue holds
+    conf = {"queued.max.messages.kbytes": 32768, "queued.min.messages": 1000, "max.partition.fetch.bytes": 262144}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.memory_proc",
+            kafka.bootstrap_servers,
+            topic,
+            kafka.name("g"),
+            json.dumps(conf),
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    growth, bound = result["growth"], sum(result["estimate"].values())
+    print(f"RSS growth {growth / MiB:.1f} MiB, estimate {bound / MiB:.1f} MiB, parts {result['estimate']}")
+    assert result["partitions"] == 3
+    # The flood reached librdkafka's queue cap (32 MiB) plus the read-ahead: the bound was tested.
+    assert growth >= 32 * MiB * 0.9, f"only {growth / MiB:.1f} MiB fetched: the queue never filled"
+    assert growth <= bound, f"measured {growth / MiB:.1f} MiB above the estimate {bound / MiB:.1f} MiB"
+
+
+SMALL = {"queued.max.messages.kbytes": 1024, "queued.min.messages": 1000, "max.partition.fetch.bytes": 65536}
+
+
+def test_budget_warns_when_an_assignment_takes_the_process_over_it(
+    kafka: KafkaTestKit, protocol: Protocol, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two consumers fit the budget while idle; eight partitions for one of them do not: one WARNING."""
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    limits = FetchLimits.from_config(SMALL)
+    idle, per_partition = estimate(limits, 0).total, estimate(limits, 1).total - estimate(limits, 0).total
+    budget = 2 * idle + 4 * per_partition  # over it at 5 partitions or more
+    topic = kafka.create_topic(partitions=8)
+    a = SafeConsumer(kafka.consumer_conf(kafka.name("g"), protocol, **_us(SMALL)), fetch_memory_budget=budget)
+    b = SafeConsumer(kafka.consumer_conf(kafka.name("g"), protocol, **_us(SMALL)), fetch_memory_budget=budget)
+    try:
+        assert not _warnings(caplog), "two idle consumers fit the budget"
+        a.subscribe([topic])
+        ra = Received()
+        checked_pump([(a, ra)], lambda: len(a.assignment()) == 8, timeout=45, what="A owns all 8 partitions")
+        (warning,) = _warnings(caplog)
+        assert "2 SafeConsumer(s) in this process" in warning, warning
+        for setting in ("queued.max.messages.kbytes", "max.partition.fetch.bytes", "queued.min.messages"):
+            assert setting in warning, warning
+    finally:
+        a.close()
+        b.close()
+
+
+def test_budget_is_quiet_when_the_process_fits(kafka: KafkaTestKit, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    limits = FetchLimits.from_config(SMALL)
+    topic = kafka.create_topic(partitions=8)
+    a = SafeConsumer(
+        kafka.consumer_conf(kafka.name("g"), "range", **_us(SMALL)), fetch_memory_budget=estimate(limits, 8).total
+    )
+    try:
+        a.subscribe([topic])
+        checked_pump([(a, Received())], lambda: len(a.assignment()) == 8, timeout=45, what="A owns all 8 partitions")
+        assert not _warnings(caplog)
+    finally:
+        a.close()
+
+
+def _us(conf: dict[str, int]) -> dict[str, object]:
+    """consumer_conf()'s keyword form (underscores for dots)."""
+    return {k.replace(".", "_"): v for k, v in conf.items()}
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("fetch memory:")]
