@@ -11,6 +11,15 @@ the coordinator's group size limit, and reports findings, each with what to do:
 - ``group_size``: the group is at 80% of the broker's ``group.max.size`` (classic) or
   ``group.consumer.max.size`` (consumer protocol) or beyond; past it, new members are refused
   (KIP-389);
+- ``fetch_memory``: the worst case the members' fetch buffers may take in one process (the
+  consumer config given with ``--consumer-config``/``-X``, the busiest member's partitions, the
+  topics' largest records, ``--consumers-per-process``) is above ``--fetch-memory-budget``;
+- ``record_size``: a topic allows record batches that a fetch response cannot carry under the
+  consumer config's ``receive.message.max.bytes``: a consumer reaching one stalls on that
+  partition forever (``fetch.max.bytes`` and ``max.partition.fetch.bytes`` do not stall it);
+- ``static_membership``: watched for ``--observe`` seconds, the group's membership changed
+  again and again (restarts: a member left and one from the same client id and host joined)
+  while its members have no ``group.instance.id``;
 - ``group_empty``: no member consumes the group (it does not exist, or everyone left).
 
 Exit status: 0 healthy, 1 findings, 2 cannot connect (or bad arguments). ``--json`` prints one
@@ -21,16 +30,22 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
+import itertools
 import json
 import logging
 import math
+import re
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
+
+from ._memory import FetchEstimate, FetchLimits, estimate, mib
 
 #: Share of the broker's group size limit from which ``group_size`` is reported.
 SIZE_WARNING = 0.8
@@ -39,6 +54,34 @@ SIZE_WARNING = 0.8
 SCHEMA = 1
 
 EXIT_HEALTHY, EXIT_FINDINGS, EXIT_UNREACHABLE = 0, 1, 2
+
+#: ``--fetch-memory-budget``'s default: what one process's consumers may buffer at worst.
+DEFAULT_BUDGET = 1 << 30
+
+#: Membership changes within ``--observe`` from which a group "rebalances often".
+OFTEN = 2
+
+#: Bytes a fetch response adds around one record batch (librdkafka's own margin).
+RESPONSE_MARGIN = 512
+
+#: Settings of a consumer config that reach the admin connection too (security, addressing).
+_CONNECTION_PREFIXES = (
+    "bootstrap.servers",
+    "security.",
+    "sasl.",
+    "ssl.",
+    "ssl_",
+    "enable.ssl",
+    "socket.",
+    "client.",
+    "broker.",
+    "api.version",
+    "metadata.",
+    "reconnect.",
+    "retry.",
+    "https.",
+    "enable.sasl",
+)
 
 
 class CannotConnect(Exception):
@@ -80,6 +123,16 @@ class Report:
     limit: dict[str, Any] | None
     members: list[MemberReport]
     findings: list[Finding]
+    #: The consumer config's fetch settings, as librdkafka applies them (FetchLimits' fields).
+    consumer: dict[str, int] = field(default_factory=lambda: asdict(FetchLimits.from_config({})))
+    consumers_per_process: int = 1
+    fetch_memory_budget: int = DEFAULT_BUDGET
+    #: Per consumed topic: ``max_message_bytes`` (None if unreadable).
+    topics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The worst-case fetch memory of one process (see :func:`fetch_memory`), if it has members.
+    fetch_memory: dict[str, Any] | None = None
+    #: What ``--observe`` saw: seconds, membership changes, restarts (None: not observed).
+    observed: dict[str, Any] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -87,6 +140,7 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        del out["consumers_per_process"], out["fetch_memory_budget"]  # both in fetch_memory
         return {"schema": SCHEMA, **out, "healthy": self.healthy}
 
 
@@ -103,34 +157,48 @@ def _name(value: Any) -> str:
     return str(getattr(value, "name", value)).lower()
 
 
+def connection_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a consumer config that the admin connection takes (security, addressing)."""
+    return {k: v for k, v in config.items() if k.startswith(_CONNECTION_PREFIXES)}
+
+
 def diagnose(
-    bootstrap_servers: str, group: str, *, config: dict[str, Any] | None = None, timeout: float = 10.0
+    bootstrap_servers: str,
+    group: str,
+    *,
+    config: dict[str, Any] | None = None,
+    timeout: float = 10.0,
+    consumers_per_process: int = 1,
+    fetch_memory_budget: int = DEFAULT_BUDGET,
+    observe: float = 0.0,
 ) -> Report:
-    """Describe ``group`` and find what causes incidents. Raises :class:`CannotConnect`."""
-    conf: dict[str, Any] = {**(config or {}), "bootstrap.servers": bootstrap_servers, "logger": _quiet_logger()}
+    """Describe ``group`` and find what causes incidents. Raises :class:`CannotConnect`.
+
+    ``config``: the members' consumer config (librdkafka keys); its connection settings are
+    used to connect, its fetch settings for the fetch memory and record size findings.
+    ``observe``: seconds to watch the group's membership for (0: describe once).
+    """
+    limits = FetchLimits.from_config(config or {})
+    conf: dict[str, Any] = {
+        **connection_config(config or {}),
+        "bootstrap.servers": bootstrap_servers,
+        "logger": _quiet_logger(),
+    }
     try:
         admin = AdminClient(conf)
         admin.list_topics(timeout=timeout)
     except KafkaException as exc:
         reason = exc.args[0].str() if exc.args else exc
         raise CannotConnect(f"cannot connect to {bootstrap_servers}: {reason}") from None
+    observed = None
+    if observe > 0:
+        observed = _observe(admin, group, observe, timeout)
     try:
-        future = admin.describe_consumer_groups([group], request_timeout=timeout)[group]
-        description = future.result(timeout=timeout + 1)
+        description = _describe(admin, group, timeout)
     except (KafkaException, concurrent.futures.TimeoutError) as exc:
         reason = exc.args[0] if exc.args else "timed out"
         raise CannotConnect(f"cannot describe group {group!r} on {bootstrap_servers}: {reason}") from None
-    members = [
-        MemberReport(
-            member_id=m.member_id,
-            client_id=m.client_id,
-            host=m.host,
-            instance_id=m.group_instance_id,
-            assignment=_by_topic(m.assignment.topic_partitions if m.assignment else []),
-        )
-        for m in description.members or []
-    ]
-    members.sort(key=lambda m: (m.client_id, m.member_id))
+    members = _members(description)
     protocol = _name(getattr(description, "type", "classic"))
     if protocol not in ("classic", "consumer"):
         protocol = "classic"
@@ -147,9 +215,112 @@ def diagnose(
         limit=limit,
         members=members,
         findings=[],
+        consumer=asdict(limits),
+        consumers_per_process=consumers_per_process,
+        fetch_memory_budget=fetch_memory_budget,
+        topics=_topic_limits(admin, sorted({t for m in members for t in m.assignment}), timeout),
+        observed=observed,
     )
+    report.fetch_memory = fetch_memory(report)
     report.findings = findings(report)
     return report
+
+
+def _describe(admin: AdminClient, group: str, timeout: float) -> Any:
+    future = admin.describe_consumer_groups([group], request_timeout=timeout)[group]
+    return future.result(timeout=timeout + 1)
+
+
+def _members(description: Any) -> list[MemberReport]:
+    members = [
+        MemberReport(
+            member_id=m.member_id,
+            client_id=m.client_id,
+            host=m.host,
+            instance_id=m.group_instance_id,
+            assignment=_by_topic(m.assignment.topic_partitions if m.assignment else []),
+        )
+        for m in description.members or []
+    ]
+    members.sort(key=lambda m: (m.client_id, m.member_id))
+    return members
+
+
+def _observe(admin: AdminClient, group: str, seconds: float, timeout: float) -> dict[str, Any]:
+    """Describe the group every half second for ``seconds``; count its membership changes."""
+    snapshots: list[list[MemberReport]] = []
+    deadline = time.monotonic() + seconds
+    while True:
+        # A describe that failed says nothing about the membership.
+        with contextlib.suppress(KafkaException, concurrent.futures.TimeoutError):
+            snapshots.append(_members(_describe(admin, group, min(timeout, 5.0))))
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    return {"seconds": seconds, **membership_changes(snapshots)}
+
+
+def _identity(member: MemberReport) -> str:
+    """A member across restarts if it is static (its instance id), else its member id."""
+    return f"instance:{member.instance_id}" if member.instance_id else member.member_id
+
+
+def membership_changes(snapshots: Sequence[Sequence[MemberReport]]) -> dict[str, Any]:
+    """Membership changes between consecutive snapshots, restarts among them, and whether
+    every member seen was static (had a group.instance.id)."""
+    changes = restarts = 0
+    for before, after in itertools.pairwise(snapshots):
+        old, new = {_identity(m): m for m in before}, {_identity(m): m for m in after}
+        if set(old) == set(new):
+            continue
+        changes += 1
+        came = {(new[k].client_id, new[k].host) for k in set(new) - set(old)}
+        restarts += sum((old[k].client_id, old[k].host) in came for k in set(old) - set(new))
+    seen = [m for snapshot in snapshots for m in snapshot]
+    return {
+        "membership_changes": changes,
+        "restarts": restarts,
+        "without_instance_id": len({m.member_id for m in seen if not m.instance_id}),
+    }
+
+
+def _topic_limits(admin: AdminClient, topics: list[str], timeout: float) -> dict[str, dict[str, Any]]:
+    """Each topic's ``max.message.bytes`` (the largest record batch it takes), None if unreadable."""
+    out: dict[str, dict[str, Any]] = {t: {"max_message_bytes": None} for t in topics}
+    if not topics:
+        return out
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            entry = future.result(timeout=timeout + 1).get("max.message.bytes")
+        except (KafkaException, concurrent.futures.TimeoutError):
+            continue
+        if entry is not None and entry.value is not None:
+            out[resource.name]["max_message_bytes"] = int(entry.value)
+    return out
+
+
+def fetch_memory(report: Report) -> dict[str, Any] | None:
+    """Worst-case fetch memory of one process of the group's consumers (None without members).
+
+    Each of ``consumers_per_process`` consumers is taken to own as many partitions as the
+    busiest member, with records as large as the largest its topics allow.
+    """
+    if not report.members:
+        return None
+    limits = FetchLimits(**report.consumer)
+    partitions = max(sum(len(p) for p in m.assignment.values()) for m in report.members)
+    largest = max((t["max_message_bytes"] or 0 for t in report.topics.values()), default=0)
+    one = estimate(limits, partitions, largest_record=largest)
+    total = one.times(report.consumers_per_process)
+    return {
+        "partitions_per_consumer": partitions,
+        "largest_record": max(largest, limits.partition_fetch),
+        "consumers_per_process": report.consumers_per_process,
+        "per_consumer": one.parts(),
+        "total": total.total,
+        "budget": report.fetch_memory_budget,
+    }
 
 
 def _by_topic(partitions: Sequence[Any]) -> dict[str, list[int]]:
@@ -222,6 +393,52 @@ def findings(report: Report) -> list[Finding]:
                     {"members": size, "limit": cap, "setting": limit["setting"]},
                 )
             )
+    memory = report.fetch_memory if report.fetch_memory is not None else fetch_memory(report)
+    if memory is not None and memory["total"] > memory["budget"]:
+        parts = FetchEstimate(**memory["per_consumer"]).times(memory["consumers_per_process"])
+        out.append(
+            Finding(
+                "fetch_memory",
+                "warning",
+                f"{memory['consumers_per_process']} consumer(s) per process with {memory['partitions_per_consumer']} "
+                f"partition(s) each may buffer {parts.describe()}, over the budget of {mib(memory['budget'])}",
+                "Lower the settings of the largest parts (queued.max.messages.kbytes caps librdkafka's queue; "
+                "max.partition.fetch.bytes each partition's fetch), run fewer consumers per process, "
+                "or give each consumer fewer partitions.",
+                {"total": memory["total"], "budget": memory["budget"], "parts": parts.parts()},
+            )
+        )
+    receive = report.consumer["receive_max"]
+    for topic, limits in sorted(report.topics.items()):
+        allowed = limits.get("max_message_bytes")
+        if allowed is not None and allowed + RESPONSE_MARGIN > receive:
+            out.append(
+                Finding(
+                    "record_size",
+                    "critical",
+                    f"topic {topic!r} takes record batches of up to {allowed} bytes (max.message.bytes); a fetch "
+                    f"response carrying one exceeds receive.message.max.bytes={receive}: the consumer stalls on "
+                    "that partition for good (librdkafka drops the response and fetches it again; poll() "
+                    "returns nothing, error_cb reports _BAD_MSG)",
+                    f"Set receive.message.max.bytes to at least {allowed + RESPONSE_MARGIN} in the consumer "
+                    f"config, or lower max.message.bytes of {topic!r}.",
+                    {"topic": topic, "max_message_bytes": allowed, "receive_message_max_bytes": receive},
+                )
+            )
+    seen = report.observed
+    if seen is not None and seen["membership_changes"] >= OFTEN and seen["without_instance_id"]:
+        out.append(
+            Finding(
+                "static_membership",
+                "warning",
+                f"the membership changed {seen['membership_changes']} time(s) in {seen['seconds']:g} s "
+                f"({seen['restarts']} restart(s): a member left and one from the same client id and host joined), "
+                f"and {seen['without_instance_id']} member(s) have no group.instance.id",
+                "Give each long-lived consumer a stable group.instance.id (static membership, KIP-345): a member "
+                "restarted within session.timeout.ms then gets its partitions back without rebalancing the group.",
+                dict(seen),
+            )
+        )
     return out
 
 
@@ -257,8 +474,20 @@ def render(report: Report) -> str:
         "size limit   "
         + ("unknown" if report.limit is None else f"{report.limit['value']} ({report.limit['setting']})"),
         f"members      {len(report.members)}",
-        "",
     ]
+    memory = report.fetch_memory
+    if memory is not None:
+        lines.append(
+            f"fetch memory {mib(memory['total'])} at worst for {memory['consumers_per_process']} consumer(s) "
+            f"per process of {memory['partitions_per_consumer']} partition(s) (budget {mib(memory['budget'])})"
+        )
+    if report.observed is not None:
+        seen = report.observed
+        lines.append(
+            f"observed     {seen['membership_changes']} membership change(s), {seen['restarts']} restart(s) "
+            f"in {seen['seconds']:g} s"
+        )
+    lines.append("")
     rows = [("member id", "client id", "host", "instance id", "partitions")]
     for m in report.members:
         parts = "; ".join(f"{t}: {','.join(map(str, p))}" for t, p in m.assignment.items()) or "-"
@@ -304,16 +533,110 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a librdkafka setting for the admin connection (security, ...), as kcat's -X",
     )
+    doctor.add_argument(
+        "--consumer-config",
+        type=argparse.FileType("r"),
+        metavar="FILE",
+        help="the members' consumer config, librdkafka properties (key=value lines, # comments); "
+        "-X settings override it",
+    )
+    doctor.add_argument(
+        "--consumers-per-process",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="how many consumers of this group one process runs (fetch memory; default 1)",
+    )
+    doctor.add_argument(
+        "--fetch-memory-budget",
+        type=_size,
+        default=DEFAULT_BUDGET,
+        metavar="BYTES",
+        help="memory one process may spend on fetch buffers: bytes, or with KiB/MiB/GiB (default 1GiB)",
+    )
+    doctor.add_argument(
+        "--observe",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="watch the group's membership this long first (static membership finding; default 0: not watched)",
+    )
     doctor.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.timeout <= 0:
-        build_parser().error("--timeout must be positive")
+def _positive_int(text: str) -> int:
     try:
-        report = diagnose(args.bootstrap_servers, args.group, config=dict(args.config), timeout=args.timeout)
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
+
+
+def _size(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS or int(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size such as 512MiB or 1073741824, got {text!r}")
+    return int(match.group(1)) * _UNITS[unit]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"expected 0 to 3600 seconds, got {text!r}")
+    return value
+
+
+def read_properties(lines: Sequence[str], source: str) -> dict[str, str]:
+    """librdkafka-style properties: ``key=value`` lines; blank lines and ``#`` comments skipped."""
+    out: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{source}:{number}: expected key=value, got {text!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.timeout <= 0:
+        parser.error("--timeout must be positive")
+    config: dict[str, Any] = {}
+    if args.consumer_config is not None:
+        with args.consumer_config as f:
+            try:
+                config = read_properties(f.read().splitlines(), f.name)
+            except ValueError as exc:
+                parser.error(f"--consumer-config: {exc}")
+    config.update(dict(args.config))
+    try:
+        FetchLimits.from_config(config)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        report = diagnose(
+            args.bootstrap_servers,
+            args.group,
+            config=config,
+            timeout=args.timeout,
+            consumers_per_process=args.consumers_per_process,
+            fetch_memory_budget=args.fetch_memory_budget,
+            observe=args.observe,
+        )
     except CannotConnect as exc:
         sys.stderr.write(f"safeconsumer doctor: {exc}\n")
         return EXIT_UNREACHABLE

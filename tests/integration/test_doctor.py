@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from safeconsumer import SafeConsumer
 from safeconsumer.testing import Broker, KafkaTestKit, Protocol
 
-from ..support import Received, full_group, pump
+from ..support import Received, full_group, pump, pump_for
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = {"group.max.size": "2", "group.consumer.max.size": "2"}
@@ -128,3 +129,96 @@ def test_an_unreachable_cluster_exits_2_with_a_message_and_no_traceback() -> Non
     assert done.returncode == 2
     assert done.stderr.startswith(f"safeconsumer doctor: cannot connect to 127.0.0.1:{port}"), done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_fetch_memory_over_the_budget_is_found(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """The busiest member's 8 partitions x 16 consumers per process x a 64 MiB queue each: over 512 MiB."""
+    topic, group = kafka.create_topic(partitions=8), kafka.name("g")
+    c = _member(kafka, group, protocol, "orders", topic)
+    members = [(c, Received())]
+    try:
+        pump(members, lambda: len(c.assignment()) == 8, timeout=45, what="the member to own 8 partitions")
+        args = ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json"]
+        fits = json.loads(_doctor([*args, "--consumers-per-process", "2"], members).stdout)
+        assert fits["healthy"] is True, fits["findings"]
+        done = _doctor([*args, "--consumers-per-process", "16", "--fetch-memory-budget", "512MiB"], members)
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        report = json.loads(done.stdout)
+        (finding,) = report["findings"]
+        assert finding["code"] == "fetch_memory" and finding["details"]["budget"] == 512 << 20
+        memory = report["fetch_memory"]
+        assert memory["partitions_per_consumer"] == 8 and memory["consumers_per_process"] == 16
+        assert memory["total"] == finding["details"]["total"] > 512 << 20
+        assert "queued.max.messages.kbytes" in finding["message"]
+    finally:
+        c.close()
+
+
+def test_a_topic_whose_records_a_consumer_config_cannot_receive_is_found(
+    kafka: KafkaTestKit, protocol: Protocol, tmp_path: Path
+) -> None:
+    """max.message.bytes 8 MiB against receive.message.max.bytes 2 MiB (a stall, see test_characterization)."""
+    big, group = kafka.name("big"), kafka.name("g")
+    kafka.admin.create_topics([NewTopic(big, 1, 1, config={"max.message.bytes": str(8 << 20)})])[big].result()
+    kafka.wait_for_partitions(big, 1)
+    c = _member(kafka, group, protocol, "media", big)
+    members = [(c, Received())]
+    config = tmp_path / "consumer.properties"
+    config.write_text("# the members' config\nfetch.max.bytes=1048576\nreceive.message.max.bytes=2097152\n")
+    try:
+        pump(members, lambda: len(c.assignment()) == 1, timeout=45, what="the member to own the partition")
+        args = ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json"]
+        assert json.loads(_doctor(args, members).stdout)["healthy"] is True, "librdkafka's defaults carry 8 MiB"
+        done = _doctor([*args, "--consumer-config", str(config)], members)
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        report = json.loads(done.stdout)
+        (finding,) = report["findings"]
+        assert finding["code"] == "record_size" and finding["severity"] == "critical"
+        assert finding["details"] == {
+            "topic": big,
+            "max_message_bytes": 8 << 20,
+            "receive_message_max_bytes": 2 << 20,
+        }
+        assert report["topics"] == {big: {"max_message_bytes": 8 << 20}}
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_a_group_that_restarts_members_without_instance_ids_is_found(
+    kafka: KafkaTestKit, protocol: Protocol, static: bool
+) -> None:
+    """Watched for 15 s while one member restarts twice: found without group.instance.id, not with it."""
+    topic, group = kafka.create_topic(partitions=2), kafka.name("g")
+    extra = {"group.instance.id": kafka.name("worker")} if static else {}
+
+    def worker() -> SafeConsumer:
+        c = SafeConsumer({**kafka.consumer_conf(group, protocol), "client.id": "worker", **extra})
+        c.subscribe([topic])
+        return c
+
+    a, b = _member(kafka, group, protocol, "api", topic), worker()
+    ra, rb = Received(), Received()
+    try:
+        pump([(a, ra), (b, rb)], lambda: a.assignment() and b.assignment(), timeout=60, what="both assigned")
+        args = ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json", "--observe", "15"]
+        child = subprocess.Popen(
+            [sys.executable, "-m", "safeconsumer", "doctor", *args], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2):
+            pump_for([(a, ra), (b, rb)], 2.0)  # the doctor sees the group as it was first
+            b.close()
+            b, rb = worker(), Received()
+            pump([(a, ra), (b, rb)], b.assignment, timeout=30, what="the restarted member assigned")
+        pump([(a, ra), (b, rb)], lambda: child.poll() is not None, timeout=60, what="the doctor to finish")
+        report = json.loads(child.communicate(timeout=10)[0])
+        codes = [f["code"] for f in report["findings"]]
+        if static:
+            assert report["observed"]["membership_changes"] == 0, report["observed"]
+            assert codes == [], report["findings"]
+        else:
+            assert report["observed"]["membership_changes"] >= 2 and report["observed"]["restarts"] >= 1
+            assert codes == ["static_membership"], report["findings"]
+    finally:
+        a.close()
+        b.close()
