@@ -61,6 +61,8 @@ class RawClient:
     def __init__(self, consumer: Consumer, group_id: str, on_fatal: FatalHandler) -> None:
         self._c = consumer
         self._group_id = group_id
+        #: This member's group.instance.id, if it is static (for the fatal error's advice).
+        self.instance_id: str | None = None
         self._on_fatal = on_fatal
         #: Told the code of every error librdkafka reports (the rebalance explainer's evidence).
         self.on_error: Callable[[int], None] | None = None
@@ -70,7 +72,7 @@ class RawClient:
         """An error event on its way to the application: a fatal one stops the consumer."""
         if self.on_error is not None:
             self.on_error(error.code())
-        fatal = classify(error, self._group_id)
+        fatal = classify(error, self._group_id, self.instance_id)
         if fatal is not None:
             self._on_fatal(fatal, error)
 

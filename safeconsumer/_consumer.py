@@ -376,6 +376,7 @@ class SafeConsumer(Consumer):
         self._ledger = PauseLedger()
         self._table = PartitionTable()
         self._client = RawClient(self, self._group_id, self._fail)
+        self._client.instance_id = str(config["group.instance.id"]) if config.get("group.instance.id") else None
         self._gate = DeliveryGate(self._table, self._client, auto_store=auto_store)
         #: poll()'s fast lane (the table's; see Reader).
         self._lane = self._table.lane  # type: ignore[misc]  # the instance's own, not the class default

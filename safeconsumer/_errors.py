@@ -74,13 +74,24 @@ def is_group_max_size(error: KafkaError | None) -> bool:
     return error.code() == KafkaError._FATAL and ("maximum size" in text or "GROUP_MAX_SIZE" in text)
 
 
-def classify(error: KafkaError, group_id: str) -> FatalConsumerError | None:
-    """The one translation of a librdkafka error event: the fatal error it means, or None."""
+def classify(error: KafkaError, group_id: str, instance_id: str | None = None) -> FatalConsumerError | None:
+    """The one translation of a librdkafka error event: the fatal error it means, or None.
+
+    ``instance_id``: this member's ``group.instance.id``, if it is static.
+    """
     if is_group_max_size(error):
+        static = (
+            f" This member is static (group.instance.id {instance_id!r}): a static member restarted before its "
+            "previous incarnation's session timed out is refused by a full group too (KAFKA-20601, seen on "
+            "Kafka 4.3.1 under both protocols); keep one member of headroom under the limit, or restart it "
+            "after session.timeout.ms."
+            if instance_id
+            else ""
+        )
         return GroupMaxSizeReachedError(
             f"group {group_id!r} is full: the broker refused this member because the group reached "
             "group.max.size (classic protocol) or group.consumer.max.size (consumer protocol); "
-            "the consumer stopped joining and closed",
+            "the consumer stopped joining and closed." + static,
             kafka_error=error,
             group_id=group_id,
         )
@@ -90,6 +101,14 @@ def classify(error: KafkaError, group_id: str) -> FatalConsumerError | None:
         return FatalConsumerError(
             f"this member of group {group_id!r} was fenced: another member uses its group.instance.id "
             f"({error.str()}); the consumer closed",
+            kafka_error=error,
+            group_id=group_id,
+        )
+    if error.code() == KafkaError.UNRELEASED_INSTANCE_ID or "instance ID is still used" in error.str():
+        # KIP-848: the broker refuses a member whose group.instance.id a live member holds.
+        return FatalConsumerError(
+            f"group {group_id!r} refused this member: another live member uses its group.instance.id "
+            f"({error.str()}); every consumer needs its own instance id; the consumer closed",
             kafka_error=error,
             group_id=group_id,
         )
