@@ -33,6 +33,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
+from ._client import group_generation
 from ._config import redact_config
 from ._consumer import SafeConsumer
 from ._errors import FatalConsumerError, SafeConsumerError
@@ -63,7 +64,12 @@ class TaskFigures:
     tasks: int = 0
     records: int = 0
     batches: int = 0
+    #: Rebalance callbacks the tasks saw while consuming (assignments, revocations, losses);
+    #: the revocation each task's close() makes is not one.
     rebalances: int = 0
+    #: The group generations (classic) or member epochs (KIP-848) the tasks were assigned in:
+    #: a run that brought none new did not rebalance the group.
+    generations: list[int] = field(default_factory=list)
     withheld: int = 0
     purged: int = 0
     task_seconds: list[float] = field(default_factory=list)
@@ -75,6 +81,7 @@ class TaskFigures:
             records=self.records + other.records,
             batches=self.batches + other.batches,
             rebalances=self.rebalances + other.rebalances,
+            generations=self.generations + other.generations,
             withheld=self.withheld + other.withheld,
             purged=self.purged + other.purged,
             task_seconds=self.task_seconds + other.task_seconds,
@@ -110,6 +117,11 @@ class ConsumeTask:
     :param max_seconds: stop after this many seconds (None: no time budget; then ``until_end``
         must bound the run).
     :param idle_seconds: stop when nothing was assigned and nothing arrived for this long.
+    :param instance_ids: give each task a stable ``group.instance.id``,
+        ``"<instance_ids>-<Spark partition id>"`` (static membership, KIP-345). A task of the
+        next run started within ``session.timeout.ms`` then takes its place back without a
+        rebalance, and a task that ends does not rebalance the others. Spark partition ids
+        are the same in every run of the job; use one prefix per job and group.
     """
 
     conf: Mapping[str, Any]
@@ -120,6 +132,7 @@ class ConsumeTask:
     max_records: int | None = None
     max_seconds: float | None = 300.0
     idle_seconds: float = 15.0
+    instance_ids: str | None = None
     figures: Any = field(default=None, compare=False)
     """The run's accumulator, set by :func:`run_consumer_tasks`."""
 
@@ -139,6 +152,11 @@ class ConsumeTask:
             raise TypeError(f"ConsumeTask sink must be callable, got {type(self.sink).__name__}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"ConsumeTask batch_size must be a positive int, got {self.batch_size!r}")
+        if self.instance_ids is not None:
+            if not isinstance(self.instance_ids, str) or not self.instance_ids:
+                raise TypeError(f"ConsumeTask instance_ids must be a non-empty str, got {self.instance_ids!r}")
+            if self.conf.get("group.instance.id"):
+                raise ValueError("ConsumeTask conf sets group.instance.id and instance_ids: use instance_ids alone")
         if not self.until_end and self.max_records is None and self.max_seconds is None:
             raise ValueError("ConsumeTask is unbounded: set until_end, max_records or max_seconds")
         # librdkafka checks every config key and value when a client is created; no connection
@@ -153,23 +171,42 @@ class ConsumeTask:
 
     # -- on the executor -----------------------------------------------------------------
     def __call__(self, _rows: Iterable[Any]) -> None:
-        figures = self.run()
+        index = None
+        if self.instance_ids is not None:
+            from pyspark import TaskContext
+
+            context = TaskContext.get()
+            index = context.partitionId() if context is not None else None
+        figures = self.run(index)
         if self.figures is not None:
             self.figures.add(figures)
         elif figures.fatal:
             raise SparkConsumerFatalError(figures.fatal[0])
 
-    def run(self) -> TaskFigures:
-        """Consume one bounded run; return its figures (a fatal error is recorded, not raised)."""
+    def run(self, index: int | None = None) -> TaskFigures:
+        """Consume one bounded run; return its figures (a fatal error is recorded, not raised).
+
+        ``index``: the task's Spark partition id (its instance id's suffix with ``instance_ids``).
+        """
         started = time.monotonic()
         ends: dict[Key, int] = {}
         done: dict[Key, int] = {}  # next offset to process, per partition
         rebalances = 0
-        consumer = SafeConsumer(self._consumer_conf())
+        conf = self._consumer_conf()
+        if self.instance_ids is not None:
+            if index is None:
+                raise ValueError("ConsumeTask with instance_ids runs inside a Spark task, or takes run(index)")
+            conf["group.instance.id"] = f"{self.instance_ids}-{index}"
+        consumer = SafeConsumer(conf)
+
+        generations: list[int] = []
 
         def on_assign(c: SafeConsumer, partitions: list[TopicPartition]) -> None:
             nonlocal rebalances
             rebalances += 1
+            generation = group_generation(c)
+            if generation is not None:
+                generations.append(generation)
             if not self.until_end:
                 return
             committed = c.committed(partitions, timeout=30)
@@ -179,9 +216,12 @@ class ConsumeTask:
                 ends[key] = high
                 done[key] = tp.offset if tp.offset >= 0 else low
 
+        closing = False
+
         def on_revoke(_c: SafeConsumer, partitions: list[TopicPartition]) -> None:
             nonlocal rebalances
-            rebalances += 1
+            if not closing:  # close()'s own revocation ends the task; it is no rebalance
+                rebalances += 1
 
         figures = TaskFigures(tasks=1)
         idle_since = time.monotonic()
@@ -218,9 +258,11 @@ class ConsumeTask:
             logger.critical("Spark task stopped by a fatal consumer error: %s", exc)
             figures.fatal.append(f"{type(exc).__name__}: {exc}")
         finally:
+            closing = True
             consumer.close()
         stats = consumer.delivery_stats()
         figures.rebalances = rebalances
+        figures.generations = generations
         figures.withheld = stats.withheld
         figures.purged = stats.purged_revoked + stats.purged_lost + stats.purged_unowned + stats.purged_seek
         figures.task_seconds = [time.monotonic() - started]
@@ -239,6 +281,11 @@ def run_consumer_tasks(spark: Any, task: ConsumeTask, tasks: int) -> TaskFigures
     if not isinstance(task, ConsumeTask):
         raise TypeError(f"run_consumer_tasks() takes a ConsumeTask, got {type(task).__name__}")
     task.validate()
+    if tasks > 1 and task.conf.get("group.instance.id"):
+        raise ValueError(
+            f"{tasks} tasks cannot share one group.instance.id (the broker would fence them): "
+            "use ConsumeTask(instance_ids=...) for one per task"
+        )
     sc = getattr(spark, "sparkContext", spark)
     accumulator = sc.accumulator(TaskFigures(), _accumulator_param())
     sc.parallelize(range(tasks), tasks).foreachPartition(replace(task, figures=accumulator))

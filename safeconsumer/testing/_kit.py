@@ -79,6 +79,7 @@ class MemberSnapshot:
     member_id: str
     client_id: str
     assignment: frozenset[tuple[str, int]]
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -310,6 +311,7 @@ class KafkaTestKit:
                         m.member_id,
                         m.client_id,
                         frozenset((tp.topic, tp.partition) for tp in (m.assignment.topic_partitions or [])),
+                        m.group_instance_id,
                     )
                     for m in desc.members
                 ),

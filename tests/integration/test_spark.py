@@ -53,6 +53,12 @@ def test_bad_config_fails_on_the_driver_before_any_task(kafka: KafkaTestKit, spa
         run_consumer_tasks(spark, ConsumeTask(good, ["t"], "not callable"), tasks=2)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="tasks"):
         run_consumer_tasks(spark, ConsumeTask(good, ["t"], sink), tasks=0)
+    with pytest.raises(ValueError, match=r"cannot share one group\.instance\.id"):
+        run_consumer_tasks(spark, ConsumeTask({**good, "group.instance.id": "w"}, ["t"], sink), tasks=2)
+    with pytest.raises(ValueError, match="use instance_ids alone"):
+        run_consumer_tasks(spark, ConsumeTask({**good, "group.instance.id": "w"}, ["t"], sink, instance_ids="w"), 1)
+    with pytest.raises(TypeError, match="instance_ids must be a non-empty str"):
+        run_consumer_tasks(spark, ConsumeTask(good, ["t"], sink, instance_ids=""), tasks=2)
     assert not list(tmp_path.iterdir()), "a task ran"
 
 
@@ -75,3 +81,32 @@ def test_a_fatal_error_aborts_the_job_instead_of_being_retried(
         assert len(figures.fatal) == 1
     finally:
         kit.close()
+
+
+def test_stable_instance_ids_let_the_next_run_take_its_places_back(
+    kafka: KafkaTestKit, spark: Any, tmp_path: Path
+) -> None:
+    """With instance_ids each task is a static member that keeps its place in the group between
+    runs (within the session timeout): once the places are taken, a run does not rebalance the
+    group (the same generation, one assignment per task). Without them every run's members join
+    an emptied group anew (the control: a new generation each run)."""
+    topic, group, prefix = kafka.create_topic(partitions=4), kafka.name("g"), kafka.name("job")
+    runs = []
+    for i in range(3):
+        kafka.produce(topic, 400, partitions=4, start=400 * i)
+        runs.append(run_pipeline(spark, kafka.bootstrap_servers, topic, group, str(tmp_path), instance_ids=prefix))
+    assert [r.records for r in runs] == [400, 400, 400] and len(set(processed(str(tmp_path)))) == 1200
+    _, settled, static_next = runs
+    assert len(set(settled.generations)) == 1, settled
+    assert set(static_next.generations) == set(settled.generations), (settled, static_next)
+    assert static_next.rebalances == 2, f"{static_next.rebalances} callbacks: expected one assignment per task"
+    members = kafka.describe_group(group)
+    assert sorted(m.instance_id or "" for m in members.members) == [f"{prefix}-0", f"{prefix}-1"]
+
+    dynamic = kafka.name("g")
+    (tmp_path / "dynamic").mkdir()
+    one = run_pipeline(spark, kafka.bootstrap_servers, topic, dynamic, str(tmp_path / "dynamic"))
+    kafka.produce(topic, 400, partitions=4, start=1200)
+    two = run_pipeline(spark, kafka.bootstrap_servers, topic, dynamic, str(tmp_path / "dynamic"))
+    assert one.records == 1200 and two.records == 400
+    assert max(two.generations) > max(one.generations), (one, two)
