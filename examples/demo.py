@@ -323,7 +323,16 @@ def _run_doctor(bootstrap: str, group: str, members: list[Consumer]) -> str:
     return out if child.returncode == 1 else ""
 
 
-# -- 7. GROUP_MAX_SIZE_REACHED -----------------------------------------------------------------------
+# -- 7. fetch memory of several consumers in one process ----------------------------------------------
+def fetch_memory(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
+    """Three consumers in one process, 300 kB records: how much do their fetch buffers take?"""
+    from examples import fetch_memory as example
+
+    kind = "safe" if make is SafeConsumer else "raw"
+    return example.describe(example.measure(kit, example.flood(kit), kind), kind)
+
+
+# -- 8. GROUP_MAX_SIZE_REACHED -----------------------------------------------------------------------
 def group_full(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
     """A third member joins a group at group.max.size=2. How long until it fails?"""
     topic = kit.create_topic(partitions=3)
@@ -360,6 +369,7 @@ SCENARIOS: list[tuple[str, Callable[[KafkaTestKit, Make], tuple[str, bool]]]] = 
     ("processing > max.poll.interval.ms", long_processing),
     ("process dies while working on a consume() batch (auto-commit defaults)", dies_mid_batch),
     ("one group id shared by two applications (B restarts twice)", shared_group_id),
+    ("fetch memory: 3 consumers in one process, 300 kB records", fetch_memory),
 ]
 
 

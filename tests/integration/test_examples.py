@@ -52,4 +52,4 @@ def test_demo_rows_hold_for_safeconsumer(
     full = kafka_broker_factory({"group.max.size": "2", "group.consumer.max.size": "2"})
     rows = demo.run(kafka.bootstrap_servers, full.bootstrap_servers)
     assert [r.scenario for r in rows if not r.safe_ok] == [], demo._table(rows)
-    assert len(rows) == 7
+    assert len(rows) == 8
