@@ -221,3 +221,35 @@ def test_raw_receive_message_max_bytes_must_exceed_fetch_max_bytes() -> None:
     """librdkafka refuses a config whose receive limit cannot hold one fetch response."""
     with pytest.raises(KafkaException, match=r"receive.message.max.bytes. must be >= .fetch.max.bytes. \+ 512"):
         Consumer({"group.id": "g", "receive.message.max.bytes": 2 << 20, "fetch.max.bytes": 2 << 20})
+
+
+def test_raw_static_member_restarted_into_its_full_group_is_refused(
+    small_group_kafka: KafkaTestKit, protocol: Protocol
+) -> None:
+    """KAFKA-20601 as Kafka 4.3.1 behaves: a static member restarted while its previous incarnation
+    still holds its place is refused by a full group with GROUP_MAX_SIZE_REACHED - under the classic
+    protocols too, not only KIP-848 (FACTS.md said KIP-848, fixed 2026-05)."""
+    kafka = small_group_kafka
+    topic, group, instance = kafka.create_topic(partitions=2), kafka.name("g"), kafka.name("w")
+    a, ra = Consumer(kafka.consumer_conf(group, protocol)), Received()
+    b, rb = Consumer(kafka.consumer_conf(group, protocol, group_instance_id=instance)), Received()
+    for c in (a, b):
+        c.subscribe([topic])
+    pump([(a, ra), (b, rb)], lambda: len(a.assignment()) == 1 == len(b.assignment()), timeout=45, what="a split")
+    b.close()
+    b, rb = Consumer(kafka.consumer_conf(group, protocol, group_instance_id=instance)), Received()
+    b.subscribe([topic])
+    try:
+        pump(
+            [(a, ra), (b, rb)],
+            lambda: any(e.code() in (KafkaError.GROUP_MAX_SIZE_REACHED, KafkaError._FATAL) for e in rb.errors),
+            timeout=30,
+            what="the restarted static member refused",
+        )
+        refusal = next(e for e in rb.errors if e.code() in (KafkaError.GROUP_MAX_SIZE_REACHED, KafkaError._FATAL))
+        if refusal.code() == KafkaError._FATAL:
+            assert protocol == "consumer" and "maximum size" in refusal.str(), refusal
+        assert b.assignment() == []
+    finally:
+        a.close()
+        b.close()
