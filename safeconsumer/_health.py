@@ -105,12 +105,29 @@ class GroupView:
     members: dict[str, Member]
 
 
-def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a consumer config an admin client of the same cluster takes."""
+def admin_config(config: Mapping[str, Any], role: str = "health") -> dict[str, Any]:
+    """The part of a consumer config an admin client of the same cluster takes (security,
+    addressing), with ``client.id`` ``<the consumer's>-<role>``."""
     conf = {k: v for k, v in config.items() if k.startswith(_ADMIN_PREFIXES)}
     client_id = config.get("client.id")
-    conf["client.id"] = f"{client_id or 'safeconsumer'}-health"
+    conf["client.id"] = f"{client_id or 'safeconsumer'}-{role}"
     return conf
+
+
+def describe_group(admin: Any, group_id: str, timeout: float) -> Any:
+    """The admin API's description of one group (``ConsumerGroupDescription``).
+
+    The one place safeconsumer describes a group (the explainer, the doctor, the test kit).
+    Raises ``KafkaException``, or ``concurrent.futures.TimeoutError`` past ``timeout``.
+    """
+    future = admin.describe_consumer_groups([group_id], request_timeout=timeout)[group_id]
+    return future.result(timeout=timeout + 1)
+
+
+def enum_name(value: object) -> str:
+    """An admin API enum's name (``ConsumerGroupState.STABLE`` -> ``"STABLE"``), or its text."""
+    name = getattr(value, "name", None)
+    return str(name if name is not None else value)
 
 
 class GroupDescriber:
@@ -136,16 +153,14 @@ class GroupDescriber:
         try:
             if self._admin is None:
                 self._admin = AdminClient(self._conf)
-            future = self._admin.describe_consumer_groups([self._group_id], request_timeout=timeout)[self._group_id]
-            group = future.result(timeout=timeout + 1)
+            group = describe_group(self._admin, self._group_id, timeout)
         except Exception as exc:  # noqa: BLE001 - explaining is best effort; never the consumer's failure
             logger.debug("describing group %r failed: %s", self._group_id, exc)
             return None
         members = {
             m.member_id: Member(m.member_id, m.client_id, m.host, m.group_instance_id) for m in group.members or []
         }
-        state = getattr(group.state, "name", str(group.state))
-        return GroupView(state, members)
+        return GroupView(enum_name(group.state), members)
 
 
 @dataclass

@@ -45,6 +45,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 
+from ._health import admin_config, describe_group, enum_name
 from ._memory import FetchEstimate, FetchLimits, estimate, mib
 
 #: Share of the broker's group size limit from which ``group_size`` is reported.
@@ -63,25 +64,6 @@ OFTEN = 2
 
 #: Bytes a fetch response adds around one record batch (librdkafka's own margin).
 RESPONSE_MARGIN = 512
-
-#: Settings of a consumer config that reach the admin connection too (security, addressing).
-_CONNECTION_PREFIXES = (
-    "bootstrap.servers",
-    "security.",
-    "sasl.",
-    "ssl.",
-    "ssl_",
-    "enable.ssl",
-    "socket.",
-    "client.",
-    "broker.",
-    "api.version",
-    "metadata.",
-    "reconnect.",
-    "retry.",
-    "https.",
-    "enable.sasl",
-)
 
 
 class CannotConnect(Exception):
@@ -154,12 +136,7 @@ def _quiet_logger() -> logging.Logger:
 
 
 def _name(value: Any) -> str:
-    return str(getattr(value, "name", value)).lower()
-
-
-def connection_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The part of a consumer config that the admin connection takes (security, addressing)."""
-    return {k: v for k, v in config.items() if k.startswith(_CONNECTION_PREFIXES)}
+    return enum_name(value).lower()
 
 
 def diagnose(
@@ -180,7 +157,7 @@ def diagnose(
     """
     limits = FetchLimits.from_config(config or {})
     conf: dict[str, Any] = {
-        **connection_config(config or {}),
+        **admin_config(config or {}, "doctor"),
         "bootstrap.servers": bootstrap_servers,
         "logger": _quiet_logger(),
     }
@@ -194,7 +171,7 @@ def diagnose(
     if observe > 0:
         observed = _observe(admin, group, observe, timeout)
     try:
-        description = _describe(admin, group, timeout)
+        description = describe_group(admin, group, timeout)
     except (KafkaException, concurrent.futures.TimeoutError) as exc:
         reason = exc.args[0] if exc.args else "timed out"
         raise CannotConnect(f"cannot describe group {group!r} on {bootstrap_servers}: {reason}") from None
@@ -226,11 +203,6 @@ def diagnose(
     return report
 
 
-def _describe(admin: AdminClient, group: str, timeout: float) -> Any:
-    future = admin.describe_consumer_groups([group], request_timeout=timeout)[group]
-    return future.result(timeout=timeout + 1)
-
-
 def _members(description: Any) -> list[MemberReport]:
     members = [
         MemberReport(
@@ -253,7 +225,7 @@ def _observe(admin: AdminClient, group: str, seconds: float, timeout: float) -> 
     while True:
         # A describe that failed says nothing about the membership.
         with contextlib.suppress(KafkaException, concurrent.futures.TimeoutError):
-            snapshots.append(_members(_describe(admin, group, min(timeout, 5.0))))
+            snapshots.append(_members(describe_group(admin, group, min(timeout, 5.0))))
         if time.monotonic() >= deadline:
             break
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))

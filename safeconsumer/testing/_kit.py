@@ -21,6 +21,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from .._health import describe_group, enum_name
+
 T = TypeVar("T")
 
 Protocol = Literal["range", "cooperative-sticky", "consumer"]
@@ -303,7 +305,7 @@ class KafkaTestKit:
         """
         for attempt in self._retrying(timeout):
             with attempt:
-                desc = self.admin.describe_consumer_groups([group], request_timeout=timeout)[group].result()
+                desc = describe_group(self.admin, group, timeout)
         members = tuple(
             sorted(
                 (
@@ -318,7 +320,7 @@ class KafkaTestKit:
                 key=lambda m: m.member_id,
             )
         )
-        return GroupSnapshot(group, _enum_name(desc.state), _enum_name(desc.type), members)
+        return GroupSnapshot(group, enum_name(desc.state), enum_name(desc.type), members)
 
     def committed(self, group: str, topic: str, partitions: int, *, timeout: float = 10.0) -> dict[int, int]:
         """The group's committed offset per partition of ``topic`` (-1001 where none)."""
@@ -333,11 +335,6 @@ class KafkaTestKit:
             self._producer.flush(10)
             self._producer = None
         self._admin = None
-
-
-def _enum_name(value: object) -> str:
-    name = getattr(value, "name", None)
-    return str(name if name is not None else value)
 
 
 def consumer_generation(consumer: Any) -> int:
