@@ -144,6 +144,11 @@ class GroupDescriber:
         self._released = True
         self._admin = None
 
+    def idle(self) -> None:
+        """Nothing to explain for a while: drop the admin client (its threads and buffers, a few
+        MiB); the next rebalance creates another."""
+        self._admin = None
+
     def describe(self, timeout: float) -> GroupView | None:
         """The group now, or None when the broker did not answer in time (logged at DEBUG)."""
         from confluent_kafka.admin import AdminClient
@@ -317,6 +322,8 @@ class RebalanceExplainer:
                 while not (self._waiting or self._refresh or self._stopped):
                     if not self._wake.wait(timeout=5.0) and not (self._waiting or self._refresh or self._stopped):
                         self._thread = None  # idle: the next rebalance starts a new thread
+                        if self._describer is not None:
+                            self._describer.idle()
                         return
                 if self._stopped:
                     return
