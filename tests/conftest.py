@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
-from safeconsumer.testing import PROTOCOLS, Protocol
+from safeconsumer.testing import PROTOCOLS, Broker, KafkaTestKit, Protocol
+
+from .support import FULL_GROUP_LIMITS
 
 
 @pytest.fixture(params=PROTOCOLS)
@@ -13,6 +15,16 @@ def protocol(request: pytest.FixtureRequest) -> Protocol:
     """Each test using this runs under classic range, classic cooperative-sticky and KIP-848."""
     value: Protocol = request.param
     return value
+
+
+@pytest.fixture
+def full_group_kafka(
+    kafka_broker_factory: Callable[[Mapping[str, str]], Broker], request: pytest.FixtureRequest
+) -> Iterator[KafkaTestKit]:
+    """A test kit on a broker started with :data:`FULL_GROUP_LIMITS` (one per session, shared)."""
+    kit = KafkaTestKit(kafka_broker_factory(FULL_GROUP_LIMITS).bootstrap_servers, prefix="full")
+    yield kit
+    kit.close()
 
 
 @pytest.fixture(autouse=True)

@@ -7,17 +7,15 @@ one of them, the test fails and tells us the library's assumptions need a second
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
-from safeconsumer.testing import Broker, KafkaTestKit, Protocol
+from safeconsumer.testing import KafkaTestKit, Protocol
 
 from ..support import Received, pump, pump_for
-
-GROUP_MAX_SIZE = {"group.max.size": "2", "group.consumer.max.size": "2"}
 
 
 def _moved_and_stayed(
@@ -78,14 +76,6 @@ def test_raw_pause_purges_prefetched_records(kafka: KafkaTestKit) -> None:
         c.close()
 
 
-@pytest.fixture
-def small_group_kafka(kafka_broker_factory: Callable[[Mapping[str, str]], Broker]) -> Iterator[KafkaTestKit]:
-    broker = kafka_broker_factory(GROUP_MAX_SIZE)
-    kit = KafkaTestKit(broker.bootstrap_servers, prefix="maxsize")
-    yield kit
-    kit.close()
-
-
 def _fill_group(kafka: KafkaTestKit, group: str, topic: str, protocol: Protocol) -> list[tuple[Consumer, Received]]:
     members = []
     for _ in range(2):
@@ -98,9 +88,9 @@ def _fill_group(kafka: KafkaTestKit, group: str, topic: str, protocol: Protocol)
 
 @pytest.mark.parametrize("protocol", ["range", "cooperative-sticky"])
 def test_raw_group_max_size_is_a_repeated_poll_error_under_classic(
-    small_group_kafka: KafkaTestKit, protocol: Protocol
+    full_group_kafka: KafkaTestKit, protocol: Protocol
 ) -> None:
-    kafka = small_group_kafka
+    kafka = full_group_kafka
     topic = kafka.create_topic(partitions=3)
     group = kafka.name("g")
     members = _fill_group(kafka, group, topic, protocol)
@@ -120,9 +110,9 @@ def test_raw_group_max_size_is_a_repeated_poll_error_under_classic(
             c.close()
 
 
-def test_raw_group_max_size_is_a_fatal_event_under_kip848(small_group_kafka: KafkaTestKit) -> None:
+def test_raw_group_max_size_is_a_fatal_event_under_kip848(full_group_kafka: KafkaTestKit) -> None:
     """KIP-848: librdkafka raises a fatal error, which poll() *returns* as a _FATAL event (it does not raise)."""
-    kafka = small_group_kafka
+    kafka = full_group_kafka
     topic = kafka.create_topic(partitions=3)
     group = kafka.name("g")
     members = _fill_group(kafka, group, topic, "consumer")
@@ -224,12 +214,12 @@ def test_raw_receive_message_max_bytes_must_exceed_fetch_max_bytes() -> None:
 
 
 def test_raw_static_member_restarted_into_its_full_group_is_refused(
-    small_group_kafka: KafkaTestKit, protocol: Protocol
+    full_group_kafka: KafkaTestKit, protocol: Protocol
 ) -> None:
     """KAFKA-20601 as Kafka 4.3.1 behaves: a static member restarted while its previous incarnation
     still holds its place is refused by a full group with GROUP_MAX_SIZE_REACHED - under the classic
     protocols too, not only KIP-848 (FACTS.md said KIP-848, fixed 2026-05)."""
-    kafka = small_group_kafka
+    kafka = full_group_kafka
     topic, group, instance = kafka.create_topic(partitions=2), kafka.name("g"), kafka.name("w")
     a, ra = Consumer(kafka.consumer_conf(group, protocol)), Received()
     b, rb = Consumer(kafka.consumer_conf(group, protocol, group_instance_id=instance)), Received()

@@ -11,7 +11,7 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -19,12 +19,11 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from safeconsumer import SafeConsumer
-from safeconsumer.testing import Broker, KafkaTestKit, Protocol
+from safeconsumer.testing import KafkaTestKit, Protocol
 
 from ..support import Received, full_group, pump, pump_for
 
 ROOT = Path(__file__).resolve().parents[2]
-LIMITS = {"group.max.size": "2", "group.consumer.max.size": "2"}
 
 
 def _doctor(
@@ -90,15 +89,8 @@ def test_two_applications_sharing_a_group_id_are_found(kafka: KafkaTestKit, prot
         b.close()
 
 
-@pytest.fixture
-def small_broker_kafka(kafka_broker_factory: Callable[[Mapping[str, str]], Broker]) -> Iterator[KafkaTestKit]:
-    kit = KafkaTestKit(kafka_broker_factory(LIMITS).bootstrap_servers, prefix="doctor")
-    yield kit
-    kit.close()
-
-
-def test_a_group_at_the_broker_s_size_limit_is_found(small_broker_kafka: KafkaTestKit, protocol: Protocol) -> None:
-    kafka = small_broker_kafka
+def test_a_group_at_the_broker_s_size_limit_is_found(full_group_kafka: KafkaTestKit, protocol: Protocol) -> None:
+    kafka = full_group_kafka
     _topic, group, members = full_group(kafka, protocol)
     try:
         done = _doctor(["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json"], list(members))

@@ -7,26 +7,17 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 from safeconsumer import EXIT_GROUP_MAX_SIZE, GroupMaxSizeReachedError, SafeConsumer
 from safeconsumer.aio import SafeAIOConsumer
-from safeconsumer.testing import Broker, KafkaTestKit, Protocol, wait_until
+from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 from ..support import fatal_error_of, full_group, poll_each
 
 ROOT = Path(__file__).resolve().parents[2]
-LIMITS = {"group.max.size": "2", "group.consumer.max.size": "2"}
-
-
-@pytest.fixture
-def full_group_kafka(kafka_broker_factory: Callable[[Mapping[str, str]], Broker]) -> Iterator[KafkaTestKit]:
-    kit = KafkaTestKit(kafka_broker_factory(LIMITS).bootstrap_servers, prefix="maxsize")
-    yield kit
-    kit.close()
 
 
 def test_third_member_fails_fast_and_stops_joining(

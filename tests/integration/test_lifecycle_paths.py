@@ -15,7 +15,6 @@ unsubscribe, unassign and on_lost rows also check that no path drops them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from safeconsumer import DeliveryStats, GroupMaxSizeReachedError, SafeConsumer
-from safeconsumer.testing import Broker, KafkaTestKit, Protocol, wait_until
+from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 from ..support import Received, checked_poll, checked_pump, fatal_error_of, keys, pump
 
@@ -35,7 +34,6 @@ DELIVERED = 5
 #: then gives a partition both subscribe to to the peer. Balance does the same under the others.
 PEER_CLIENT_ID = "a-peer"
 MEMBER_CLIENT_ID = "z-member"
-LIMITS = {"group.max.size": "2", "group.consumer.max.size": "2"}
 
 Member = tuple[SafeConsumer, Received]
 
@@ -379,13 +377,6 @@ def test_close_purges_withheld_records_and_commits_what_was_delivered(kafka: Kaf
     assert _purged(after) - _purged(before) >= before.held, f"withheld records were not purged: {after}"
     committed = {t: _committed(kafka, group, t) for t in (topic, last)}
     assert committed == {topic: DELIVERED, last: 1}, "close() must commit exactly what was delivered"
-
-
-@pytest.fixture
-def full_group_kafka(kafka_broker_factory: Callable[[Mapping[str, str]], Broker]) -> Iterator[KafkaTestKit]:
-    kit = KafkaTestKit(kafka_broker_factory(LIMITS).bootstrap_servers, prefix="lifecycle")
-    yield kit
-    kit.close()
 
 
 def test_a_fatal_error_stores_nothing_more(full_group_kafka: KafkaTestKit, protocol: Protocol) -> None:

@@ -25,12 +25,11 @@ from opentelemetry.trace import SpanKind
 from safeconsumer import CommitRetry, GroupMaxSizeReachedError, SafeConsumer
 from safeconsumer.testing import Broker, KafkaTestKit, Protocol, launch_broker, wait_until
 
-from ..support import Received, fatal_error_of, full_group, pump
+from ..support import FULL_GROUP_LIMITS, Received, fatal_error_of, full_group, pump
 
 PAYLOAD = b"PAYLOAD-do-not-export-5c1e"
 KEY = b"KEY-do-not-export-77aa"
 SECRET = "SECRET-do-not-log-91b4"
-LIMITS = {"group.max.size": "2", "group.consumer.max.size": "2"}
 
 
 class Otel:
@@ -232,7 +231,7 @@ def test_process_span_continues_the_upstream_trace(
 def test_a_fatal_error_is_counted_with_its_type(
     kafka_broker_factory: Callable[[Mapping[str, str]], Broker], protocol: Protocol, otel: Otel
 ) -> None:
-    kafka = KafkaTestKit(kafka_broker_factory(LIMITS).bootstrap_servers, prefix="otel-fatal")
+    kafka = KafkaTestKit(kafka_broker_factory(FULL_GROUP_LIMITS).bootstrap_servers, prefix="otel-fatal")
     try:
         topic, group, members = full_group(kafka, protocol)
         third = SafeConsumer(kafka.consumer_conf(group, protocol), **otel.options())

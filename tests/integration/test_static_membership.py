@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicPartition
 
 from safeconsumer import EXIT_FATAL, FatalConsumerError, GroupMaxSizeReachedError, SafeConsumer
-from safeconsumer.testing import Broker, KafkaTestKit, Protocol
+from safeconsumer.testing import KafkaTestKit, Protocol
 
 from ..support import Received, keys, pump, pump_for
 
 ROOT = Path(__file__).resolve().parents[2]
-GROUP_MAX_SIZE = {"group.max.size": "2", "group.consumer.max.size": "2"}
 
 
 class Rebalances:
@@ -88,12 +86,18 @@ def test_a_member_restarted_within_its_session_timeout_rebalances_no_peer_if_sta
         b.close()
 
 
-def test_a_second_live_member_with_the_instance_id_is_refused_under_kip848(kafka: KafkaTestKit) -> None:
-    topic, group, instance = kafka.create_topic(partitions=2), kafka.name("g"), kafka.name("worker")
+def _first_static_member(kafka: KafkaTestKit, partitions: int) -> tuple[str, str, str, SafeConsumer, Received]:
+    """A KIP-848 group with one static member owning every partition of a new topic."""
+    topic, group, instance = kafka.create_topic(partitions=partitions), kafka.name("g"), kafka.name("worker")
     first = SafeConsumer(kafka.consumer_conf(group, "consumer", group_instance_id=instance))
     first.subscribe([topic])
     r1 = Received()
-    pump([(first, r1)], lambda: len(first.assignment()) == 2, timeout=45, what="the first member assigned")
+    pump([(first, r1)], lambda: len(first.assignment()) == partitions, timeout=45, what="the first member assigned")
+    return topic, group, instance, first, r1
+
+
+def test_a_second_live_member_with_the_instance_id_is_refused_under_kip848(kafka: KafkaTestKit) -> None:
+    topic, group, instance, first, r1 = _first_static_member(kafka, 2)
     second = SafeConsumer(kafka.consumer_conf(group, "consumer", group_instance_id=instance))
     second.subscribe([topic])
     try:
@@ -111,11 +115,7 @@ def test_a_second_live_member_with_the_instance_id_is_refused_under_kip848(kafka
 
 
 def test_the_exit_policy_applies_to_a_refused_static_member_under_kip848(kafka: KafkaTestKit) -> None:
-    topic, group, instance = kafka.create_topic(partitions=1), kafka.name("g"), kafka.name("worker")
-    first = SafeConsumer(kafka.consumer_conf(group, "consumer", group_instance_id=instance))
-    first.subscribe([topic])
-    r1 = Received()
-    pump([(first, r1)], lambda: bool(first.assignment()), timeout=45, what="the first member assigned")
+    topic, group, instance, first, r1 = _first_static_member(kafka, 1)
     args = [kafka.bootstrap_servers, topic, group, "consumer", instance, "--second"]
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.integration.fenced_proc", *args],
@@ -133,13 +133,6 @@ def test_the_exit_policy_applies_to_a_refused_static_member_under_kip848(kafka: 
             child.communicate()
         first.close()
     assert child.returncode == EXIT_FATAL, (child.returncode, out, err[-2000:])
-
-
-@pytest.fixture
-def full_group_kafka(kafka_broker_factory: Callable[[Mapping[str, str]], Broker]) -> Iterator[KafkaTestKit]:
-    kit = KafkaTestKit(kafka_broker_factory(GROUP_MAX_SIZE).bootstrap_servers, prefix="static")
-    yield kit
-    kit.close()
 
 
 def test_a_static_member_restarted_into_its_full_group_is_refused_then_admitted_after_its_session(
