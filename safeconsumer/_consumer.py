@@ -355,7 +355,11 @@ class SafeConsumer(Consumer):
         config["enable.auto.offset.store"] = False
         logger.debug("creating SafeConsumer with config %s", redact_config(config))
         super().__init__(config)  # librdkafka judges every other setting here
-        limits = FetchLimits.from_config(config)
+        try:
+            limits = FetchLimits.from_config(config)
+        except ValueError:
+            Consumer.close(self)
+            raise
         alone = estimate(limits, 0)
         if budget is not None and alone.total > budget:
             Consumer.close(self)
@@ -485,6 +489,7 @@ class SafeConsumer(Consumer):
                     # rest of this batch, the read-ahead): store nothing more, also not in the
                     # revoke callbacks close() runs. Only offsets stored before now get committed.
                     self._gate.auto_store = False
+                    PROCESS.leave(id(self))  # before the close's revocations: they are no assignment change
                     try:
                         self._client.close_quietly()
                     finally:
@@ -1045,6 +1050,8 @@ class SafeConsumer(Consumer):
                     self._rebalancer.run_pending()
                 except Exception as exc:  # noqa: BLE001 - the app's callback: raised once closed
                     failed = exc
+                # Out of the process's fetch memory first: the revocations below are no growth.
+                PROCESS.leave(id(self))
                 # librdkafka runs the final revoke callbacks (and the final auto-commit) here.
                 self._client.call(Consumer.close)
             finally:

@@ -144,10 +144,11 @@ class GroupDescriber:
         self._released = True
         self._admin = None
 
-    def idle(self) -> None:
-        """Nothing to explain for a while: drop the admin client (its threads and buffers, a few
-        MiB); the next rebalance creates another."""
-        self._admin = None
+    def idle(self) -> Any:
+        """Nothing to explain for a while: hand the admin client over (its threads and buffers,
+        a few MiB) for the caller to drop outside its locks; the next rebalance creates another."""
+        admin, self._admin = self._admin, None
+        return admin
 
     def describe(self, timeout: float) -> GroupView | None:
         """The group now, or None when the broker did not answer in time (logged at DEBUG)."""
@@ -156,9 +157,10 @@ class GroupDescriber:
         if self._released:
             return None
         try:
-            if self._admin is None:
-                self._admin = AdminClient(self._conf)
-            group = describe_group(self._admin, self._group_id, timeout)
+            admin = self._admin
+            if admin is None:
+                admin = self._admin = AdminClient(self._conf)
+            group = describe_group(admin, self._group_id, timeout)
         except Exception as exc:  # noqa: BLE001 - explaining is best effort; never the consumer's failure
             logger.debug("describing group %r failed: %s", self._group_id, exc)
             return None
@@ -318,16 +320,21 @@ class RebalanceExplainer:
 
     def _run(self) -> None:
         while True:
+            idle, idle_admin = False, None
             with self._lock:
                 while not (self._waiting or self._refresh or self._stopped):
                     if not self._wake.wait(timeout=5.0) and not (self._waiting or self._refresh or self._stopped):
                         self._thread = None  # idle: the next rebalance starts a new thread
-                        if self._describer is not None:
-                            self._describer.idle()
+                        idle = True
+                        idle_admin = self._describer.idle() if self._describer is not None else None
+                        break
+                if not idle:
+                    if self._stopped:
                         return
-                if self._stopped:
-                    return
-                refresh, self._refresh = self._refresh, False
+                    refresh, self._refresh = self._refresh, False
+            if idle:
+                del idle_admin  # the admin client is destroyed here, outside the lock
+                return
             if refresh:
                 self._learn_members()
             if not self._settled():

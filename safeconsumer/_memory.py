@@ -9,8 +9,10 @@ consumer, before each fetch). So at worst a consumer holds:
 - **in flight**: the fetch responses that arrive after the last check, one per broker, each up
   to ``max.partition.fetch.bytes`` per partition (a record larger than that still arrives, one
   per response: Fetch v3+, pinned by tests/integration/test_characterization.py). Counted as
-  partitions x max(``max.partition.fetch.bytes``, the largest record): the incident's
-  "partitions x largest record";
+  partitions x max(``max.partition.fetch.bytes``, the largest record) - the incident's
+  "partitions x largest record" - and, when the number of brokers is known, at most
+  brokers x max(``fetch.max.bytes``, the largest record); never more per response than
+  ``receive.message.max.bytes``;
 - **per record**: about 340 bytes of librdkafka structures per fetched record (measured on
   x86-64 with librdkafka 2.16; counted as 384 with small keys and headers), for up to
   ``queued.min.messages`` queued records plus the in-flight responses' records, assumed to
@@ -18,7 +20,8 @@ consumer, before each fetch). So at worst a consumer holds:
 - **read-ahead**: the records safeconsumer has read from librdkafka and not yet handed out
   (at most :data:`safeconsumer._reader.READ_AHEAD`), as Python objects;
 - **fixed**: threads, connection buffers and allocator slack, :data:`FIXED` per consumer
-  (measured here: about 0.7 MB per consumer, 4 MB for the first of a process).
+  (measured here: 4.4 MB for the first consumer of a process, about 0.6 MB for each further
+  one; 4 MiB is counted for each).
 
 Records the application holds, and batches a compressed topic expands into, are not counted.
 A process holds the sum over its consumers (the incident's "consumers per process" factor).
@@ -160,15 +163,23 @@ def mib(n: int) -> str:
 
 
 def estimate(
-    limits: FetchLimits, partitions: int, *, largest_record: int = 0, read_ahead_records: int = READ_AHEAD
+    limits: FetchLimits,
+    partitions: int,
+    *,
+    largest_record: int = 0,
+    brokers: int | None = None,
+    read_ahead_records: int = READ_AHEAD,
 ) -> FetchEstimate:
     """Worst-case bytes one consumer with ``limits`` buffers while owning ``partitions``.
 
     ``largest_record``: the largest record its topics allow, when known (the topics'
     ``max.message.bytes``); records up to ``max.partition.fetch.bytes`` are assumed otherwise.
+    ``brokers``: how many brokers may answer its fetches, when known (one response each).
     """
     record = max(limits.partition_fetch, largest_record)
     in_flight = partitions * min(record, limits.receive_max)
+    if brokers is not None:
+        in_flight = min(in_flight, brokers * min(max(limits.fetch_max, record), limits.receive_max))
     records = limits.queue_records + in_flight // RECORD_BYTES_ASSUMED
     return FetchEstimate(
         queue=limits.queue_bytes,
@@ -221,11 +232,13 @@ class ProcessFetchMemory:
     def check(self, key: int, partitions: int, group: str) -> bool:
         """After an assignment change: log a WARNING when the process is over a budget; True if so.
 
-        Nothing is logged when ``key``'s partition count did not change (one rebalance can
-        report its assignment more than once)."""
+        Only growth is judged: nothing is logged when ``key``'s partition count stayed (one
+        rebalance can report its assignment more than once) or fell (a revocation, a close)."""
         with self._lock:
             member = self._members.get(key)
-            if member is None or member[1] == partitions:
+            if member is None or partitions <= member[1]:
+                if member is not None:
+                    self._members[key] = (member[0], partitions, member[2])
                 return False
         total, budget = self.owned(key, partitions)
         if budget is None or total.total <= budget:

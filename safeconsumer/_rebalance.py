@@ -106,8 +106,11 @@ class Rebalancer:
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         self.run_pending()
         keys = _keys(partitions)
-        with self._explained("assigned", keys, leaving=False):
-            self._on_assign(partitions, keys)
+        try:
+            with self._explained("assigned", keys, leaving=False):
+                self._on_assign(partitions, keys)
+        finally:
+            self._owned_changed()
         logger.info(
             "assigned %d partition(s) (%s, %s), now owning %d, %d effectively paused",
             len(keys),
@@ -116,7 +119,6 @@ class Rebalancer:
             len(self._table.owned),
             self._table.intent_paused,
         )
-        self.owned_changed(len(self._table.owned))
 
     def _on_assign(self, partitions: list[TopicPartition], keys: list[Key]) -> None:
         table = self._table
@@ -175,15 +177,18 @@ class Rebalancer:
         self, partitions: list[TopicPartition], callback: RebalanceCallback | None, reason: LeaveReason
     ) -> None:
         keys = _keys(partitions)
-        with self._explained(reason, keys, leaving=self.closing or not self.subscribed):
-            if reason == "revoked":
-                self._gate.flush(force=True)
-            try:
-                if callback is not None:
-                    with self._user_callback():
-                        callback(self._consumer, partitions)
-            finally:
-                self._left(keys, reason, rebalance=True)
+        try:
+            with self._explained(reason, keys, leaving=self.closing or not self.subscribed):
+                if reason == "revoked":
+                    self._gate.flush(force=True)
+                try:
+                    if callback is not None:
+                        with self._user_callback():
+                            callback(self._consumer, partitions)
+                finally:
+                    self._left(keys, reason, rebalance=True)
+        finally:
+            self._owned_changed()
         logger.info(
             "%s %d partition(s) (%s, %s), now owning %d",
             reason,
@@ -192,7 +197,6 @@ class Rebalancer:
             self._generation(),
             len(self._table.owned),
         )
-        self.owned_changed(len(self._table.owned))
 
     @contextlib.contextmanager
     def _explained(self, change: str, keys: list[Key], *, leaving: bool) -> Iterator[None]:
@@ -203,6 +207,13 @@ class Rebalancer:
                 yield
         finally:
             self._explainer.callback(change, cause)
+
+    def _owned_changed(self) -> None:
+        """Tell :attr:`owned_changed` the partition count; never an error into a callback."""
+        try:
+            self.owned_changed(len(self._table.owned))
+        except Exception:  # a size estimate must not break a rebalance
+            logger.debug("fetch memory check failed", exc_info=True)
 
     def _generation(self) -> str:
         generation = group_generation(self._consumer)
@@ -245,7 +256,7 @@ class Rebalancer:
         self._client.assign(applied)
         self._ledger.unmark_partitions(table.assigned(keys, replace=True))
         self.sync(fresh=keys)
-        self.owned_changed(len(table.owned))
+        self._owned_changed()
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         keys = _keys(partitions)
@@ -254,7 +265,7 @@ class Rebalancer:
         self._client.incremental_assign(partitions)
         self._ledger.unmark_partitions(self._table.assigned(keys, replace=False))
         self.sync(fresh=keys)
-        self.owned_changed(len(self._table.owned))
+        self._owned_changed()
 
     def unassign(self, partitions: list[TopicPartition] | None) -> None:
         """``unassign()`` (None) or ``incremental_unassign(partitions)``."""
@@ -265,7 +276,7 @@ class Rebalancer:
             self._client.unassign()
         else:
             self._client.incremental_unassign(partitions)
-        self.owned_changed(len(self._table.owned))
+        self._owned_changed()
 
     def unsubscribed(self) -> None:
         """``unsubscribe()`` was called: the coming revocation of what is owned is final."""

@@ -38,6 +38,7 @@ import math
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -107,6 +108,8 @@ class Report:
     findings: list[Finding]
     #: The consumer config's fetch settings, as librdkafka applies them (FetchLimits' fields).
     consumer: dict[str, int] = field(default_factory=lambda: asdict(FetchLimits.from_config({})))
+    #: Brokers in the cluster (each answers at most one fetch of a consumer at a time).
+    brokers: int | None = None
     consumers_per_process: int = 1
     fetch_memory_budget: int = DEFAULT_BUDGET
     #: Per consumed topic: ``max_message_bytes`` (None if unreadable).
@@ -144,6 +147,7 @@ def diagnose(
     group: str,
     *,
     config: dict[str, Any] | None = None,
+    connection: dict[str, Any] | None = None,
     timeout: float = 10.0,
     consumers_per_process: int = 1,
     fetch_memory_budget: int = DEFAULT_BUDGET,
@@ -151,19 +155,25 @@ def diagnose(
 ) -> Report:
     """Describe ``group`` and find what causes incidents. Raises :class:`CannotConnect`.
 
-    ``config``: the members' consumer config (librdkafka keys); its connection settings are
-    used to connect, its fetch settings for the fetch memory and record size findings.
+    ``config``: the members' consumer config (librdkafka keys): its fetch settings drive the
+    fetch memory and record size findings, and unless ``connection`` is given, its connection
+    settings (security, addressing) are used to connect. ``connection``: the admin client's
+    settings as they are (``-X``).
     ``observe``: seconds to watch the group's membership for (0: describe once).
     """
     limits = FetchLimits.from_config(config or {})
     conf: dict[str, Any] = {
-        **admin_config(config or {}, "doctor"),
+        **(admin_config(config or {}, "doctor") if connection is None else connection),
         "bootstrap.servers": bootstrap_servers,
         "logger": _quiet_logger(),
     }
     try:
         admin = AdminClient(conf)
-        admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        reason = exc.args[0].str() if exc.args else exc
+        raise CannotConnect(f"invalid configuration for the connection to {bootstrap_servers}: {reason}") from None
+    try:
+        cluster = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
         reason = exc.args[0].str() if exc.args else exc
         raise CannotConnect(f"cannot connect to {bootstrap_servers}: {reason}") from None
@@ -193,6 +203,7 @@ def diagnose(
         members=members,
         findings=[],
         consumer=asdict(limits),
+        brokers=len(cluster.brokers) or None,
         consumers_per_process=consumers_per_process,
         fetch_memory_budget=fetch_memory_budget,
         topics=_topic_limits(admin, sorted({t for m in members for t in m.assignment}), timeout),
@@ -238,21 +249,27 @@ def _identity(member: MemberReport) -> str:
 
 
 def membership_changes(snapshots: Sequence[Sequence[MemberReport]]) -> dict[str, Any]:
-    """Membership changes between consecutive snapshots, restarts among them, and whether
-    every member seen was static (had a group.instance.id)."""
+    """Membership changes between consecutive snapshots; restarts among them (a member left and,
+    then or later, one from the same client id and host joined); and how many members of the last
+    snapshot have no group.instance.id."""
     changes = restarts = 0
+    departed: Counter[tuple[str, str]] = Counter()
     for before, after in itertools.pairwise(snapshots):
         old, new = {_identity(m): m for m in before}, {_identity(m): m for m in after}
         if set(old) == set(new):
             continue
         changes += 1
-        came = {(new[k].client_id, new[k].host) for k in set(new) - set(old)}
-        restarts += sum((old[k].client_id, old[k].host) in came for k in set(old) - set(new))
-    seen = [m for snapshot in snapshots for m in snapshot]
+        departed.update((old[k].client_id, old[k].host) for k in set(old) - set(new))
+        for k in set(new) - set(old):
+            origin = (new[k].client_id, new[k].host)
+            if departed[origin] > 0:
+                departed[origin] -= 1
+                restarts += 1
+    last = snapshots[-1] if snapshots else []
     return {
         "membership_changes": changes,
         "restarts": restarts,
-        "without_instance_id": len({m.member_id for m in seen if not m.instance_id}),
+        "without_instance_id": sum(1 for m in last if not m.instance_id),
     }
 
 
@@ -283,7 +300,7 @@ def fetch_memory(report: Report) -> dict[str, Any] | None:
     limits = FetchLimits(**report.consumer)
     partitions = max(sum(len(p) for p in m.assignment.values()) for m in report.members)
     largest = max((t["max_message_bytes"] or 0 for t in report.topics.values()), default=0)
-    one = estimate(limits, partitions, largest_record=largest)
+    one = estimate(limits, partitions, largest_record=largest, brokers=report.brokers)
     total = one.times(report.consumers_per_process)
     return {
         "partitions_per_consumer": partitions,
@@ -503,7 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_config_pair,
         default=[],
         metavar="KEY=VALUE",
-        help="a librdkafka setting for the admin connection (security, ...), as kcat's -X",
+        help="a librdkafka setting, as kcat's -X: for the connection (security, ...) and as part of the "
+        "members' consumer config (fetch settings)",
     )
     doctor.add_argument(
         "--consumer-config",
@@ -594,6 +612,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 config = read_properties(f.read().splitlines(), f.name)
             except ValueError as exc:
                 parser.error(f"--consumer-config: {exc}")
+    # -X reaches the admin connection as given (librdkafka judges it); the file only its
+    # connection settings. Both describe the members' consumer config.
+    connection = {**admin_config(config, "doctor"), **dict(args.config)}
     config.update(dict(args.config))
     try:
         FetchLimits.from_config(config)
@@ -604,6 +625,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.bootstrap_servers,
             args.group,
             config=config,
+            connection=connection,
             timeout=args.timeout,
             consumers_per_process=args.consumers_per_process,
             fetch_memory_budget=args.fetch_memory_budget,

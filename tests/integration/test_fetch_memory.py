@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from safeconsumer import SafeConsumer
-from safeconsumer._memory import FetchLimits, estimate
+from safeconsumer._memory import FetchLimits, ProcessFetchMemory, estimate
 from safeconsumer.testing import KafkaTestKit, Protocol
 
 from ..support import Received, checked_pump
@@ -47,6 +47,12 @@ def test_estimate_bounds_the_measured_rss_growth(kafka: KafkaTestKit) -> None:
     # The flood reached librdkafka's queue cap (32 MiB) plus the read-ahead: the bound was tested.
     assert growth >= 32 * MiB * 0.9, f"only {growth / MiB:.1f} MiB fetched: the queue never filled"
     assert growth <= bound, f"measured {growth / MiB:.1f} MiB above the estimate {bound / MiB:.1f} MiB"
+
+
+@pytest.fixture(autouse=True)
+def _own_process_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget counts every SafeConsumer of the process: here only this test's."""
+    monkeypatch.setattr("safeconsumer._consumer.PROCESS", ProcessFetchMemory())
 
 
 SMALL = {"queued.max.messages.kbytes": 1024, "queued.min.messages": 1000, "max.partition.fetch.bytes": 65536}

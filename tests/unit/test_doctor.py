@@ -101,6 +101,7 @@ def test_the_json_shape_is_stable() -> None:
         "members",
         "findings",
         "consumer",
+        "brokers",
         "topics",
         "fetch_memory",
         "observed",
@@ -145,6 +146,10 @@ def test_fetch_memory_over_the_budget_names_its_largest_parts() -> None:
     assert "4 consumer(s) per process with 50 partition(s)" in finding.message
     assert finding.message.index("in-flight") < finding.message.index("queue"), "largest part first"
     assert "fetch memory" in render(loud)
+    # One broker answers one fetch at a time: at most max(fetch.max.bytes, record) in flight.
+    capped = _with(_report(members), topics={"orders": {"max_message_bytes": 8 << 20}}, brokers=1)
+    assert capped.fetch_memory is not None
+    assert capped.fetch_memory["per_consumer"]["in_flight"] == 52428800
 
 
 def test_record_size_above_what_a_response_may_carry() -> None:
@@ -170,7 +175,10 @@ def _seen(mid: str, client: str, instance: str | None = None) -> MemberReport:
 def test_membership_changes_count_restarts() -> None:
     a, b1, b2, b3 = _seen("a", "api"), _seen("b1", "worker"), _seen("b2", "worker"), _seen("b3", "worker")
     seen = membership_changes([[a, b1], [a, b1], [a], [a, b2], [a, b3], [a, b3]])
-    assert seen == {"membership_changes": 3, "restarts": 1, "without_instance_id": 4}
+    # b1 left and b2 joined a snapshot later (a restart); b2 -> b3 in one step (another).
+    assert seen == {"membership_changes": 3, "restarts": 2, "without_instance_id": 2}
+    # A member that only left, or one that only joined, is no restart.
+    assert membership_changes([[a, b1], [a], [a, _seen("c", "other")]])["restarts"] == 0
     # Static members keep their identity across restarts (a new member id, the same instance id).
     s1, s2 = _seen("s1", "worker", "w-0"), _seen("s2", "worker", "w-0")
     assert membership_changes([[a, s1], [a, s2]])["membership_changes"] == 0

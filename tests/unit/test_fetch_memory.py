@@ -50,6 +50,9 @@ def test_estimate_parts() -> None:
     assert estimate(limits, 10, largest_record=4 * MiB).in_flight == 40 * MiB
     # ... but never more per response than librdkafka accepts.
     assert estimate(limits, 1, largest_record=10**9).in_flight == limits.receive_max
+    # With the brokers known: one response each, up to max(fetch.max.bytes, record).
+    assert estimate(limits, 100, brokers=2).in_flight == 2 * limits.fetch_max
+    assert estimate(limits, 2, brokers=5).in_flight == 2 * 65536
     three = e.times(3)
     assert (three.total, three.consumers) == (3 * e.total, 3)
     assert e.describe().startswith(f"{e.total / MiB:.1f} MiB = ")
@@ -73,7 +76,9 @@ def test_process_sums_its_consumers_and_warns_once_per_change(caplog: pytest.Log
     assert not reg.check(1, 1, "g")
     assert reg.check(2, 1, "g")  # two partitions now
     assert not reg.check(2, 1, "g"), "the same assignment reported again is not a new warning"
-    assert len(caplog.records) == 1 and "2 SafeConsumer(s)" in caplog.records[0].getMessage()
+    assert not reg.check(2, 0, "g"), "a revocation is no growth"
+    assert reg.check(2, 1, "g"), "growing again is"
+    assert len(caplog.records) == 2 and "2 SafeConsumer(s)" in caplog.records[0].getMessage()
     reg.leave(1)
     total, budget = reg.owned(2, 1)
     assert total.total == one and budget is not None
