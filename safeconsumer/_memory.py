@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ._reader import READ_AHEAD
@@ -125,16 +125,12 @@ class FetchEstimate:
 
     @property
     def total(self) -> int:
-        return self.queue + self.in_flight + self.per_record + self.read_ahead + self.fixed
+        return sum(self.parts().values())
 
     def __add__(self, other: FetchEstimate) -> FetchEstimate:
+        theirs = other.parts()
         return FetchEstimate(
-            self.queue + other.queue,
-            self.in_flight + other.in_flight,
-            self.per_record + other.per_record,
-            self.read_ahead + other.read_ahead,
-            self.fixed + other.fixed,
-            self.consumers + other.consumers,
+            **{k: v + theirs[k] for k, v in self.parts().items()}, consumers=self.consumers + other.consumers
         )
 
     def times(self, n: int) -> FetchEstimate:
@@ -143,13 +139,8 @@ class FetchEstimate:
         return FetchEstimate(**{k: v * n for k, v in p.items()}, consumers=self.consumers * n)
 
     def parts(self) -> dict[str, int]:
-        return {
-            "queue": self.queue,
-            "in_flight": self.in_flight,
-            "per_record": self.per_record,
-            "read_ahead": self.read_ahead,
-            "fixed": self.fixed,
-        }
+        """Bytes by part (every field but ``consumers``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "consumers"}
 
     def describe(self) -> str:
         """``184.0 MiB = queue 64.0 MiB (queued.max.messages.kbytes) + ...``, largest part first."""
