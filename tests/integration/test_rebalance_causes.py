@@ -51,17 +51,18 @@ def test_join_peer_join_peer_leave_and_leave_are_explained(
     a = SafeConsumer({**kafka.consumer_conf(group, protocol), "client.id": "app-a"}, **otel.options())
     a.subscribe([topic])
     got = Received()
+    b: Consumer | None = None
     try:
         pump([(a, got)], lambda: len(a.assignment()) == 4, timeout=45, what="A owns every partition")
         wait_until(lambda: any(": joined;" in m for m in _causes(caplog, group)), timeout=10, what="A's join line")
         assert _counted(otel, "joined") >= 1
 
-        b = Consumer({**kafka.consumer_conf(group, protocol), "client.id": "peer-b"})
+        b = peer = Consumer({**kafka.consumer_conf(group, protocol), "client.id": "peer-b"})
         b.subscribe([topic])
 
         def b_joined_is_explained() -> bool:
             got.add(a.poll(0.05))
-            b.poll(0.05)
+            peer.poll(0.05)
             return any(": peer joined: joined member" in m for m in _causes(caplog, group))
 
         wait_until(b_joined_is_explained, timeout=60, what="A's line naming the peer that joined")
@@ -72,6 +73,7 @@ def test_join_peer_join_peer_leave_and_leave_are_explained(
         assert any(s.attributes.get("safeconsumer.rebalance.cause") == "peer_joined" for s in spans if s.attributes)
         b_id = b.memberid()
         b.close()
+        b = None
 
         def b_left_is_explained() -> bool:
             got.add(a.poll(0.05))
@@ -82,6 +84,8 @@ def test_join_peer_join_peer_leave_and_leave_are_explained(
         assert b_id is not None and b_id in line and "client.id peer-b" in line, line
         assert _counted(otel, "peer_left") >= 1
     finally:
+        if b is not None:  # a failed step must not leave a subscribed client to the garbage collector
+            b.close()
         a.close()
     assert any(": left;" in m for m in _causes(caplog, group)), _causes(caplog, group)
     assert _counted(otel, "left") >= 1
