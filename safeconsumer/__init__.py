@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from ._config import redact_config
-from ._consumer import SafeConsumer
+from ._consumer import SafeConsumer, delivery_stats
 from ._delivery import DeliveryStats
 from ._errors import (
     EXIT_FATAL,
@@ -36,6 +36,7 @@ __all__ = [
     "SafeConsumer",
     "SafeConsumerError",
     "__version__",
+    "delivery_stats",
     "redact_config",
 ]
 

@@ -27,6 +27,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -658,7 +659,15 @@ class SafeConsumer(Consumer):
 
     @property
     def parked(self) -> bool:
-        """Whether the keepalive has parked this consumer right now (manual or automatic)."""
+        """Deprecated: ``pause_state().parked``. Whether the keepalive has parked this consumer now.
+
+        Not among SPEC's additions to upstream's API; removed in 1.0.
+        """
+        warnings.warn(
+            "SafeConsumer.parked is deprecated: use consumer.pause_state().parked",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self._keeper.parked
 
     # -- assignment ------------------------------------------------------------------------
@@ -800,12 +809,19 @@ class SafeConsumer(Consumer):
         if self._state is _State.CLOSED:
             raise self._closed("pause_state")
         with self._lock:
-            return self._ledger.snapshot(self._table.owned)
+            return self._ledger.snapshot(self._table.owned, parked=self._keeper.parked)
 
     def delivery_stats(self) -> DeliveryStats:
-        """Counters of the delivery gate: delivered, withheld, released, purged, dropped offsets."""
-        with self._lock:
-            return self._gate.stats()
+        """Deprecated: ``safeconsumer.delivery_stats(consumer)``. Counters of the delivery gate.
+
+        Not among SPEC's additions to upstream's API; removed in 1.0.
+        """
+        warnings.warn(
+            "SafeConsumer.delivery_stats() is deprecated: use safeconsumer.delivery_stats(consumer)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return delivery_stats(self)
 
     # -- offsets -------------------------------------------------------------------------
     @overload
@@ -1084,3 +1100,15 @@ def _consume_signature(self: SafeConsumer, num_messages: int = 1, timeout: float
 
 SafeConsumer.poll.__signature__ = inspect.signature(_poll_signature)  # type: ignore[attr-defined]
 SafeConsumer.consume.__signature__ = inspect.signature(_consume_signature)  # type: ignore[attr-defined]
+
+
+def delivery_stats(consumer: SafeConsumer) -> DeliveryStats:
+    """Counters of ``consumer``'s delivery gate: delivered, withheld, released, purged, dropped offsets.
+
+    A function rather than a method: the consumer's own namespace stays upstream's plus
+    SPEC's additions. Readable after ``close()`` too (the final counts).
+    """
+    if not isinstance(consumer, SafeConsumer):
+        raise TypeError(f"delivery_stats() takes a SafeConsumer, got {type(consumer).__name__}")
+    with consumer._lock:
+        return consumer._gate.stats()

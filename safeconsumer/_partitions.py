@@ -78,6 +78,11 @@ class _Limbo:
     ahead: list[Message]
 
 
+def _records(msgs: Iterable[Message]) -> int:
+    """How many of ``msgs`` are records (not error events)."""
+    return sum(1 for m in msgs if m.error() is None)
+
+
 def _drain(lane: deque[T]) -> list[T]:
     """Everything left in ``lane``, taken from the right (the application pops from the left)."""
     taken: list[T] = []
@@ -88,6 +93,9 @@ def _drain(lane: deque[T]) -> list[T]:
             break
     taken.reverse()
     return taken
+
+
+_partition = Message.partition
 
 
 def _key(msg: Message) -> Key:
@@ -127,6 +135,10 @@ class PartitionTable:
         self.offsets_dropped = 0
         #: Records handed out per partition, kept only while telemetry records (see otel.py).
         self.consumed: Counter[tuple[str | None, int | None]] | None = None
+        #: The one topic of the owned partitions and their numbers (< 256), for a cheap count; the
+        #: epoch it was computed at.
+        self._one_topic: tuple[str, list[int]] | None = None
+        self._topic_epoch = -1
 
     # -- ownership -------------------------------------------------------------------------
     def assigned(self, keys: Iterable[Key], *, replace: bool) -> set[Key]:
@@ -151,13 +163,15 @@ class PartitionTable:
                 if key in new:
                     self.owned[key] = parked.state
                     restored += parked.ahead
-                    last = parked.ahead[-1] if parked.ahead else (parked.state.held[-1] if parked.state.held else None)
+                    last = next((m for m in reversed(parked.ahead) if m.error() is None), None)
+                    if last is None and parked.state.held:
+                        last = parked.state.held[-1]
                     if last is not None:
                         self.resume_at[key] = last.offset() + 1  # type: ignore[operator]
                     if parked.state.held:
                         self.maybe_releasable = True
                 else:
-                    self._count_purge(len(parked.state.held) + len(parked.ahead), "revoked")
+                    self._count_purge(len(parked.state.held) + _records(parked.ahead), "revoked")
                     gone.add(key)
             self.ahead.extendleft(reversed(restored))
             self.limbo.clear()
@@ -173,7 +187,7 @@ class PartitionTable:
             return gone
         self.epoch += 1
         self.unlane()
-        count = len(self._take_ahead(gone))
+        count = _records(self._take_ahead(gone))
         for key in gone:
             count += len(self.owned.pop(key).held)
         self._count_purge(count, _PURGE_OF_LEAVE[reason])
@@ -196,8 +210,8 @@ class PartitionTable:
     def cleared(self) -> None:
         """The consumer closed or failed: everything held is dropped (counted as revoked)."""
         self.unlane()
-        count = len(self._take_ahead(None)) + sum(len(s.held) for s in self.owned.values())
-        count += sum(len(p.state.held) + len(p.ahead) for p in self.limbo.values())
+        count = _records(self._take_ahead(None)) + sum(len(s.held) for s in self.owned.values())
+        count += sum(len(p.state.held) + _records(p.ahead) for p in self.limbo.values())
         self.owned.clear()
         self.limbo.clear()
         self.resume_at.clear()
@@ -209,7 +223,7 @@ class PartitionTable:
         """The application moved an owned partition (seek, assign at an offset): its records are stale."""
         self.unlane()
         state = self.owned.get(key)
-        dropped = len(self._take_ahead({key}))
+        dropped = _records(self._take_ahead({key}))
         if state is not None:
             dropped += len(state.held)
             state.held.clear()
@@ -219,7 +233,12 @@ class PartitionTable:
         self._count_purge(dropped, "seek")
 
     def _take_ahead(self, keys: set[Key] | None) -> list[Message]:
-        """Remove (and return) the read-ahead records of ``keys`` (None: all), keeping the rest in order."""
+        """Remove (and return) the read-ahead of ``keys`` (None: all), keeping the rest in order.
+
+        A partition's error events (its EOF event) go with its records: librdkafka discards the
+        queued events of a partition that leaves or is seeked, and an EOF event must not come
+        before the records it follows.
+        """
         if not self.ahead:
             return []
         if keys is None:
@@ -229,7 +248,7 @@ class PartitionTable:
         taken: list[Message] = []
         kept: list[Message] = []
         for m in self.ahead:
-            (taken if m.error() is None and _key(m) in keys else kept).append(m)
+            (taken if _key(m) in keys else kept).append(m)
         if taken:
             self.ahead.clear()  # in place: the reader holds a reference
             self.ahead.extend(kept)
@@ -292,8 +311,38 @@ class PartitionTable:
     def count_delivered(self, msgs: list[Message]) -> None:
         self.delivered += len(msgs)
         if self.consumed is not None:
-            self.consumed.update(map(_key, msgs))
+            self._count_consumed(self.consumed, msgs)
         self.dirty = True
+
+    def _count_consumed(self, consumed: Counter[tuple[str | None, int | None]], msgs: list[Message]) -> None:
+        """Add ``msgs`` to the per-partition counts telemetry reports (only while an SDK records).
+
+        The exact count per (topic, partition) costs about 0.15 µs a record in Python. When every
+        owned partition is of one topic, numbered below 256 (the common consumer), one C pass
+        writes the batch's partition numbers into a ``bytes`` and each owned partition's count
+        is a ``bytes.count``: about 0.03 µs a record. Any record that is not of those partitions
+        (the counts do not add up) sends the batch the exact way.
+        """
+        if self._topic_epoch != self.epoch:
+            self._topic_epoch = self.epoch
+            topics = {key[0] for key in self.owned}
+            numbers = [key[1] for key in self.owned]
+            single = len(topics) == 1 and len(numbers) <= 64 and all(0 <= n < 256 for n in numbers)
+            self._one_topic = (topics.pop(), sorted(numbers)) if single else None
+        one = self._one_topic
+        if one is not None and len(msgs) > 4:
+            try:
+                ids = bytes(map(_partition, msgs))  # type: ignore[arg-type]  # ints, never None here
+            except ValueError:  # a partition numbered 256 or more: not an owned one
+                ids = b""
+            counts = [ids.count(n) for n in one[1]]
+            if sum(counts) == len(msgs):  # every record is of an owned partition
+                topic = one[0]
+                for number, count in zip(one[1], counts, strict=True):
+                    if count:
+                        consumed[(topic, number)] += count
+                return
+        consumed.update(map(_key, msgs))
 
     def fill_lane(self, msgs: list[Message]) -> Message:
         """Hand out ``msgs[0]`` now and the rest through the lane (all already counted delivered)."""

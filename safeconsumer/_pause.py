@@ -41,6 +41,9 @@ class PauseState:
     """Partition marks, as ``(topic, partition)``."""
     effective: tuple[Key, ...]
     """The assigned partitions that are paused by any mark, sorted."""
+    parked: bool = False
+    """Whether the keepalive has parked the consumer right now (manual or automatic): every
+    assigned partition is then paused for the keepalive too, apart from these marks."""
 
 
 def parse_topic_entries(topics: object) -> tuple[list[str], list[re.Pattern[str]]]:
@@ -139,13 +142,14 @@ class PauseLedger:
             return frozenset()
         return frozenset(k for k in assigned if k in self.partitions or self.topic_marked(k[0]))
 
-    def snapshot(self, assigned: Iterable[Key]) -> PauseState:
+    def snapshot(self, assigned: Iterable[Key], *, parked: bool = False) -> PauseState:
         return PauseState(
             consumer=self.consumer,
             topics=frozenset(self.topics),
             patterns=tuple(sorted(p.pattern for p in self.patterns.values())),
             partitions=frozenset(self.partitions),
             effective=tuple(sorted(self.effective(assigned))),
+            parked=parked,
         )
 
 

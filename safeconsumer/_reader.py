@@ -99,9 +99,16 @@ class Reader:
                 # The first event exactly as upstream's poll() takes it: callbacks queued
                 # before it are served now, those queued behind it by the next call.
                 polled = client.poll(0)
-                if polled is None and wait:
+                if polled is None and wait and not ahead:
                     polled = client.poll(wait)
                 now = self.last_call = _monotonic()
+                if ahead:
+                    # A rebalance served by that call gave back records read before it (eager
+                    # limbo): they go first, what the call returned queues behind them.
+                    if polled is not None:
+                        ahead.append(polled)
+                    self._ahead_epoch = -1
+                    continue
                 if polled is None:
                     return None
                 msg = polled
@@ -153,6 +160,17 @@ class Reader:
         epoch = table.epoch
         msgs, errors = self._client.consume(num_messages, timeout)
         self.last_call = _monotonic()
+        if table.ahead:
+            # A rebalance served by that call gave back records read before it (eager limbo):
+            # they go first, what the call returned queues behind them.
+            table.ahead.extend(msgs)
+            self._ahead_epoch = -1
+            out = self._gate.release(num_messages)
+            take = [table.ahead.popleft() for _ in range(min(num_messages - len(out), len(table.ahead)))]
+            out += self._gate.admit_batch(take)
+            if out:
+                table.handed_out(out)
+            return out
         if not msgs:
             return msgs
         out = self._gate.admit_batch(msgs, unchanged=epoch == table.epoch, errors=errors)

@@ -35,7 +35,7 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 
 from ._client import group_generation
 from ._config import redact_config
-from ._consumer import SafeConsumer
+from ._consumer import SafeConsumer, delivery_stats
 from ._errors import FatalConsumerError, SafeConsumerError
 from ._pause import Key
 
@@ -260,7 +260,7 @@ class ConsumeTask:
         finally:
             closing = True
             consumer.close()
-        stats = consumer.delivery_stats()
+        stats = delivery_stats(consumer)
         figures.rebalances = rebalances
         figures.generations = generations
         figures.withheld = stats.withheld

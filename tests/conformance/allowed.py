@@ -99,11 +99,15 @@ ADDITIONS = (
     "paused",
     "process",
     "resume_topics",
-    # Not in SPEC's list, but public and documented since the first releases (docs/pause-and-delivery.md,
-    # docs/keepalive.md): read-only accessors that shadow nothing upstream has. Raised for SPEC's list.
-    "delivery_stats",
-    "parked",
 )
+
+#: Public names outside SPEC's list, kept one release for the applications that use them: each
+#: warns (DeprecationWarning) and names its replacement outside the consumer's own namespace.
+#: Name -> the replacement (test_allowed checks both). Removed in 1.0; this list then empties.
+DEPRECATED = {
+    "delivery_stats": "safeconsumer.delivery_stats(consumer)",
+    "parked": "consumer.pause_state().parked",
+}
 
 #: store_offsets() rows of a group member owning nothing: upstream answers "not assigned".
 _MEMBER_STORES = (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,9 +20,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from safeconsumer import SafeConsumer
+from safeconsumer import SafeConsumer, delivery_stats
 
-from .allowed import ADDITIONS, ALLOWED, OPTIONS, Allowed
+from .allowed import ADDITIONS, ALLOWED, DEPRECATED, OPTIONS, Allowed
 from .cases import CASES_BY_ID, NO_ORACLE
 from .harness import Case, CtorCase, base_config, compare, run_case, run_ctor_case, run_isolated
 
@@ -54,12 +55,36 @@ def _public(cls: type) -> set[str]:
 
 def test_public_names() -> None:
     """SafeConsumer adds exactly SPEC's additions to upstream's names, and shadows none of them."""
-    added = _public(SafeConsumer) - _public(Consumer)
+    added = _public(SafeConsumer) - _public(Consumer) - set(DEPRECATED)
     assert not set(ADDITIONS) & _public(Consumer), "an addition would shadow an upstream name"
     assert added == set(ADDITIONS), (
         f"public names SPEC does not list: {sorted(added - set(ADDITIONS))}; "
         f"listed but missing: {sorted(set(ADDITIONS) - added)}"
     )
+
+
+def test_names_outside_spec_are_deprecated_with_a_replacement() -> None:
+    """``delivery_stats()`` and ``parked`` predate SPEC's list: each warns and names what replaces it."""
+    assert set(DEPRECATED) <= _public(SafeConsumer)
+    c = SafeConsumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1"})
+    try:
+        with pytest.warns(DeprecationWarning, match=re.escape(DEPRECATED["delivery_stats"])):
+            old_stats = c.delivery_stats()
+        assert old_stats == delivery_stats(c)
+        with pytest.warns(DeprecationWarning, match=re.escape(DEPRECATED["parked"])):
+            old_parked = c.parked
+        assert old_parked is c.pause_state().parked is False
+        with c.keepalive():
+            assert c.pause_state().parked
+    finally:
+        c.close()
+    assert delivery_stats(c) == old_stats, "the final counts stay readable after close()"
+    raw = Consumer({"group.id": "g"})
+    try:
+        with pytest.raises(TypeError, match="takes a SafeConsumer, got Consumer"):
+            delivery_stats(raw)  # type: ignore[arg-type]
+    finally:
+        raw.close()
 
 
 def test_options_are_keyword_only() -> None:

@@ -14,6 +14,7 @@ compares *which* call observed an event keeps the call boundaries of the rest.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -239,6 +240,108 @@ def test_partition_eof_events_arrive_in_order_with_the_records(kafka: KafkaTestK
     assert [e for e in upstream.flat() if e[0] == "assign"] == [e for e in safe.flat() if e[0] == "assign"]
     # Each event is returned by its own poll(), as upstream does.
     assert all(len([e for e in c if e[0] in ("record", "error")]) <= 1 for c in safe.calls)
+
+
+def test_a_rebalance_goes_ahead_of_the_records_already_fetched(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """The application reads one record, then is busy while a peer joins; librdkafka has fetched the rest.
+
+    Upstream's first poll() after that runs ``on_revoke`` before any of the fetched records (the
+    rebalance goes ahead of them in librdkafka's queue, and what it held of a revoked partition
+    is dropped). SafeConsumer read those records ahead: its first call must do the same.
+    """
+
+    def run(which: str) -> Log:
+        topic = kafka.create_topic(partitions=2)
+        kafka.produce(topic, 10, partitions=2)
+        group = kafka.name("g")
+        log = Log(topics={topic: "t"})
+        conf = kafka.consumer_conf(group, protocol, enable_partition_eof=True, enable_auto_commit=False)
+        with consumer_of(which, conf, keepalive="off") as c:
+            c.subscribe([topic], **log.callbacks())
+            poll_until(log, c, lambda: len(records(log)) == 1, timeout=30, what="the first record")
+            wait_until(
+                lambda: all(c.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1] == 5 for p in (0, 1)),
+                timeout=30,
+                what="both partitions fetched",
+            )
+            before = len(log.calls)
+            with _peer_joining(kafka, group, protocol, topic):
+                time.sleep(3.0)  # the application is busy while the peer joins: the stimulus, not a wait
+                poll_until(
+                    log, c, lambda: any(e[0] == "revoke" for e in log.flat()), timeout=30, what="on_revoke", wait=1.0
+                )
+        log.calls = log.calls[before:]
+        return log
+
+    upstream, safe = both(run)
+
+    def first(log: Log) -> tuple[str, int]:
+        kind, parts = log.events()[0][0]
+        return kind, len(parts)
+
+    # The oracle: the revocation comes first (eager: both partitions; incremental: the one that moves).
+    assert first(upstream) == ("revoke", 2 if protocol == "range" else 1), upstream.calls
+    assert first(safe) == first(upstream), (upstream.calls, safe.calls)
+
+
+@contextmanager
+def _peer_joining(kafka: KafkaTestKit, group: str, protocol: Protocol, topic: str) -> Iterator[None]:
+    """A plain peer subscribes to ``topic`` in ``group`` and polls on its own thread meanwhile."""
+    peer = Consumer(kafka.consumer_conf(group, protocol))
+    peer.subscribe([topic])
+    stop = threading.Event()
+    joiner = threading.Thread(target=lambda: [peer.poll(0.1) for _ in iter(stop.is_set, True)])
+    joiner.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        joiner.join()
+        peer.close()
+
+
+def test_a_partition_kept_through_a_rebalance_reaches_its_eof_after_its_records(
+    kafka: KafkaTestKit, protocol: Protocol
+) -> None:
+    """``enable.partition.eof``: a rebalance that leaves the partition here keeps records before EOF.
+
+    The consumer reads one record (SafeConsumer reads the rest and the EOF event ahead), then a
+    peer subscribing to another topic joins the group. Under the eager protocol everything is
+    revoked and given back; upstream reads again from the committed offset, SafeConsumer goes on
+    after what it handed out (I9). Either way every record comes before the partition's EOF event:
+    the EOF event says there is nothing more to read.
+    """
+
+    def run(which: str) -> Log:
+        topic, other = kafka.create_topic(partitions=1), kafka.create_topic(partitions=1)
+        kafka.produce(topic, 5, partitions=1)
+        group = kafka.name("g")
+        log = Log(topics={topic: "t"})
+        conf = kafka.consumer_conf(group, protocol, enable_partition_eof=True, enable_auto_commit=False)
+        with consumer_of(which, conf, keepalive="off") as c:
+            c.subscribe([topic], **log.callbacks())
+            poll_until(log, c, lambda: len(records(log)) == 1, timeout=30, what="the first record")
+            with _peer_joining(kafka, group, protocol, other):
+                time.sleep(3.0)  # the application is busy while the peer joins: the stimulus, not a wait
+                poll_until(
+                    log,
+                    c,
+                    lambda: any(e[:2] == ("error", "_PARTITION_EOF") for e in log.flat()),
+                    timeout=30,
+                    what="the EOF event",
+                )
+        return log
+
+    upstream, safe = both(run)
+    for log in (upstream, safe):
+        flat = [e for e in log.flat() if e[0] in ("record", "error")]
+        assert flat[-1] == ("error", "_PARTITION_EOF", "t", 0), log.calls
+        assert sorted(set(flat[:-1])) == [("record", "t", 0, i) for i in range(5)], log.calls
+    if protocol == "range":
+        assert [e for e in safe.flat() if e[0] in ("revoke", "assign")][-2:] == [
+            ("revoke", (("t", 0),)),
+            ("assign", (("t", 0),)),
+        ], safe.calls
 
 
 def test_close_runs_the_final_revocation(kafka: KafkaTestKit, protocol: Protocol) -> None:

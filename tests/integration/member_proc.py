@@ -13,7 +13,7 @@ import sys
 
 from confluent_kafka import TopicPartition
 
-from safeconsumer import SafeConsumer
+from safeconsumer import SafeConsumer, delivery_stats
 from safeconsumer.testing import KafkaTestKit
 
 
@@ -28,7 +28,7 @@ def main() -> None:
         msg = c.poll(0.2)
         if msg is None or msg.error() is not None:
             if paused:
-                print(f"P {c.delivery_stats().withheld}", flush=True)
+                print(f"P {delivery_stats(c).withheld}", flush=True)
             continue
         print(f"R {msg.partition()} {msg.offset()}", flush=True)
         if msg.partition() == 0:

@@ -72,11 +72,11 @@ def test_manual_keepalive_keeps_the_member(kafka: KafkaTestKit, protocol: Protoc
     events_before = len(watch.events)
     kafka.produce(topic, 100, partitions=2, start=100)
     with a.keepalive():
-        assert a.parked
+        assert a.pause_state().parked
         worker = threading.Thread(target=_peer_polls_while, args=(peer, rp, WORK))
         worker.start()
         worker.join()  # the "long work" of A: WORK seconds without a poll
-    assert not a.parked
+    assert not a.pause_state().parked
     assert len(watch.events) == events_before, f"the peer saw a rebalance: {watch.events[events_before:]}"
     after = kafka.describe_group(group)
     assert after.member_ids == before.member_ids and after.assignment == before.assignment
@@ -120,7 +120,7 @@ def test_a_manual_block_longer_than_keepalive_after_is_not_followed_by_an_automa
         entered = time.monotonic()
         # The application's long work, without a poll: longer than keepalive_after.
         wait_until(lambda: time.monotonic() - entered >= 2 * after, timeout=4 * after, what="the long work")
-        assert a.parked
+        assert a.pause_state().parked
         # From here on: whatever parks the consumer after the block is seen.
         logged, back_ns = len(caplog.records), time.time_ns()
     back = time.monotonic()
@@ -128,7 +128,7 @@ def test_a_manual_block_longer_than_keepalive_after_is_not_followed_by_an_automa
     a.commit(offsets=_next_offsets(ra), asynchronous=False)
     parked_at: list[float] = []
     while time.monotonic() - back < 2 * after:
-        if a.parked:
+        if a.pause_state().parked:
             parked_at.append(round(time.monotonic() - back, 2))
         checked_poll(a, ra, 0.05)
     auto_logs = [
@@ -187,7 +187,7 @@ def test_automatic_keepalive_needs_no_code_change(kafka: KafkaTestKit, protocol:
     assert len(watch.events) == events_before, f"the peer saw a rebalance: {watch.events[events_before:]}"
     checked_pump([(a, ra), (peer, rp)], lambda: len(ra.records) + len(rp.records) >= 200, timeout=30, what="all 200")
     assert sorted(ra.ids() + rp.ids()) == list(range(200))
-    assert not a.parked
+    assert not a.pause_state().parked
     a.close()
     peer.close()
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from safeconsumer import DeliveryStats, GroupMaxSizeReachedError, SafeConsumer
+from safeconsumer import DeliveryStats, GroupMaxSizeReachedError, SafeConsumer, delivery_stats
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 from ..support import Received, checked_poll, checked_pump, fatal_error_of, keys, pump
@@ -78,8 +78,8 @@ def _withhold(c: SafeConsumer, got: Received, topic: str, *, deliver: int = DELI
         checked_poll(c, got, 0.1)
         idle.append(len(got.records) == before)
 
-    wait_until(lambda: idle[-1] and c.delivery_stats().held > 0, timeout=15, what="withheld records", step=step)
-    stats = c.delivery_stats()
+    wait_until(lambda: idle[-1] and delivery_stats(c).held > 0, timeout=15, what="withheld records", step=step)
+    stats = delivery_stats(c)
     assert stats.withheld > 0 and stats.held == stats.withheld, f"the scenario needs withheld records: {stats}"
     assert _offsets(got, topic) == list(range(deliver)), "a record of a paused partition was delivered"
     return stats
@@ -154,7 +154,7 @@ def test_rebalance_keeps_the_mark_and_withheld_records_of_a_partition_that_stays
     try:
         assert a.pause_state().partitions == {(mine, 0)}, "the mark of a partition that stayed was dropped"
         assert keys(a.paused()) == {(mine, 0)}
-        after = a.delivery_stats()
+        after = delivery_stats(a)
         assert (after.withheld, after.held, _purged(after)) == (before.withheld, before.held, _purged(before)), (
             f"the withheld records of a partition that stayed must be kept: before {before}, after {after}"
         )
@@ -162,7 +162,7 @@ def test_rebalance_keeps_the_mark_and_withheld_records_of_a_partition_that_stays
         a.resume([_tp(mine)])
         _read_to_end(a, ra, mine)
         assert _offsets(ra, mine) == list(range(RECORDS)), "records lost, repeated or out of order"
-        assert a.delivery_stats().released == before.released + before.held, "withheld records were not released"
+        assert delivery_stats(a).released == before.released + before.held, "withheld records were not released"
     finally:
         b.close()
         a.close()
@@ -181,7 +181,7 @@ def test_rebalance_drops_the_mark_and_purges_withheld_records_of_a_partition_tha
     try:
         assert a.pause_state().partitions == frozenset(), "the mark of a partition that left must be dropped"
         assert a.paused() == []
-        after = a.delivery_stats()
+        after = delivery_stats(a)
         assert after.held == 0, f"records of a partition that left are still withheld: {after}"
         assert after.purged_revoked - before.purged_revoked == before.held, (
             f"every withheld record of the partition that left must be purged and counted: before {before}, "
@@ -236,7 +236,7 @@ def test_unsubscribe_then_subscribe_drops_partition_marks_and_withheld_records(
     try:
         _assert_marks_after_rejoin(a, other, consumer=True)
         assert keys(a.paused()) == {(topic, 0), (other, 0)}, "the consumer mark covers every partition"
-        _assert_purged(before, a.delivery_stats())
+        _assert_purged(before, delivery_stats(a))
         assert _committed(kafka, group, topic) == DELIVERED, "the offset stored before unsubscribe changed"
         a.resume()
         assert keys(a.paused()) == {(other, 0)}, f"only the topic mark may pause now: {a.pause_state()}"
@@ -271,7 +271,7 @@ def test_unassign_then_assign_drops_partition_marks_and_withheld_records(
         assert keys(a.assignment()) == {(topic, 0), (other, 0)}
         _assert_marks_after_rejoin(a, other, consumer=True)
         assert keys(a.paused()) == {(topic, 0), (other, 0)}, "the consumer mark covers every partition"
-        _assert_purged(before, a.delivery_stats())
+        _assert_purged(before, delivery_stats(a))
         assert _committed(kafka, group, topic) == DELIVERED, "the offset stored before unassign changed"
         a.resume()
         assert keys(a.paused()) == {(other, 0)}, f"only the topic mark may pause now: {a.pause_state()}"
@@ -297,7 +297,7 @@ def test_assign_at_an_explicit_offset_keeps_the_mark_and_reads_from_that_offset(
     try:
         assert a.pause_state().partitions == {(topic, 0)}, "assign() of an owned partition must keep its mark"
         assert keys(a.paused()) == {(topic, 0)}
-        _assert_purged(before, a.delivery_stats())
+        _assert_purged(before, delivery_stats(a))
         assert _committed(kafka, group, topic) <= delivered, "an offset past what was delivered was committed"
         a.resume([_tp(topic)])
         _read_to_end(a, ra, topic)
@@ -344,7 +344,7 @@ def test_on_lost_drops_marks_and_withheld_records_and_commits_nothing_for_them(
         # As upstream, the poll() that runs on_lost may also run the re-assignment.
         assert not a.owns(_tp(topic)) or moves[-1] == "assigned", "the lost partition is owned without a new assignment"
         _assert_marks_after_rejoin(a, other, consumer=False)
-        after = a.delivery_stats()
+        after = delivery_stats(a)
         assert after.held == 0, f"records of a lost partition are still withheld: {after}"
         assert after.purged_lost - before.purged_lost == before.held, (
             f"every withheld record of the lost partition must be purged and counted: before {before}, after {after}"
@@ -372,7 +372,7 @@ def test_close_purges_withheld_records_and_commits_what_was_delivered(kafka: Kaf
     assert _offsets(ra, last) == [0]
     assert (_committed(kafka, group, topic), _committed(kafka, group, last)) == (-1001, -1001)
     a.close()  # straight after a record was handed out: close() is the application coming back
-    after = a.delivery_stats()
+    after = delivery_stats(a)
     assert after.held == 0, f"records are still withheld after close(): {after}"
     assert _purged(after) - _purged(before) >= before.held, f"withheld records were not purged: {after}"
     committed = {t: _committed(kafka, group, t) for t in (topic, last)}
@@ -402,7 +402,7 @@ def test_a_fatal_error_stores_nothing_more(full_group_kafka: KafkaTestKit, proto
         pump(others, lambda: all(len(c.assignment()) == 1 for c, _ in others), timeout=45, what="a full group")
         err = fatal_error_of(a, others, timeout=30)
         assert isinstance(err, GroupMaxSizeReachedError), err
-        after = a.delivery_stats()
+        after = delivery_stats(a)
         assert after.held == 0 and _purged(after) - _purged(before) >= before.held, f"withheld records kept: {after}"
         assert kafka.committed(group, topic, 2) == {0: DELIVERED, 1: -1001}
         with pytest.raises(GroupMaxSizeReachedError):

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from safeconsumer import CommitRetry, GroupMaxSizeReachedError, SafeConsumer
+from safeconsumer import CommitRetry, GroupMaxSizeReachedError, SafeConsumer, delivery_stats
 from safeconsumer.testing import Broker, KafkaTestKit, Protocol, launch_broker, wait_until
 
 from ..support import FULL_GROUP_LIMITS, Received, fatal_error_of, full_group, pump
@@ -148,10 +148,10 @@ def test_metrics_and_spans_follow_the_scenario(
         assert otel.value("safeconsumer.partitions.paused") == 1
         for _ in range(3):
             got.add(c.poll(0.05))
-        return c.delivery_stats().withheld > 0
+        return delivery_stats(c).withheld > 0
 
     wait_until(withhold, timeout=30, what="a withheld record")
-    assert otel.value("safeconsumer.records.withheld") == c.delivery_stats().withheld > 0
+    assert otel.value("safeconsumer.records.withheld") == delivery_stats(c).withheld > 0
 
     # An unsafe commit is dropped and counted.
     c.commit(offsets=[TopicPartition(topic + "-not-mine", 0, 1)], asynchronous=False)
@@ -159,7 +159,7 @@ def test_metrics_and_spans_follow_the_scenario(
 
     # A keepalive span of time: one span, one histogram point.
     with c.keepalive():
-        assert c.parked
+        assert c.pause_state().parked
     spans = otel.spans("safeconsumer keepalive")
     assert len(spans) == 1 and spans[0].attributes is not None
     assert spans[0].attributes["safeconsumer.keepalive.mode"] == "manual"
@@ -167,7 +167,7 @@ def test_metrics_and_spans_follow_the_scenario(
     assert len(hist) == 1 and hist[0][1].count == 1
 
     # Closing revokes: the withheld records are purged (never delivered, never committed).
-    held = c.delivery_stats().held
+    held = delivery_stats(c).held
     assert held > 0
     c.close()
     assert otel.value("safeconsumer.records.purged", **{"safeconsumer.purge.reason": "revoked"}) == held
@@ -332,7 +332,7 @@ def test_a_commit_for_a_partition_that_moved_during_the_retry_is_dropped(
             assert not committer.is_alive()
         assert result == [[]], f"the commit of a partition no longer owned was not dropped: {result}"
         assert any("dropped 1 offset" in r.getMessage() for r in all_logs.records)
-        assert c.delivery_stats().offsets_dropped == 1
+        assert delivery_stats(c).offsets_dropped == 1
         assert c.committed([tp], timeout=30)[0].offset < 0, "the moved partition's offset was committed"
         c.close()
     finally:

@@ -36,7 +36,7 @@ from typing import IO, Any
 
 from confluent_kafka import TopicPartition
 
-from safeconsumer import SafeConsumer
+from safeconsumer import SafeConsumer, delivery_stats
 from safeconsumer.testing import KafkaTestKit, Protocol, WaitTimeout, wait_until
 
 from ..support import Received, checked_poll, keys
@@ -519,7 +519,7 @@ class Walk:
         committed = self.kafka.committed(self.group_b, self.topic, PARTITIONS)
         chosen = {p: sorted(offsets) for p, offsets in self.explicit_b.items()}
         return (
-            f"B: {self.b.delivery_stats()}, paused {sorted(keys(self.b.paused()))}, positions {positions}, "
+            f"B: {delivery_stats(self.b)}, paused {sorted(keys(self.b.paused()))}, positions {positions}, "
             f"committed {committed}, explicit offsets {chosen}, calls {self.b_log}"
         )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from confluent_kafka import TopicPartition
 
-from safeconsumer import SafeConsumer
+from safeconsumer import SafeConsumer, delivery_stats
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 from ..support import Received, pump, pump_for
@@ -40,11 +40,11 @@ def test_consume_never_returns_records_of_a_partition_revoked_during_the_call(
         # A does not call in ("it is processing") while B joins. B cannot be assigned before A
         # serves the revocation, which A does inside the consume() under test: a fixed window.
         pump_for([(b, rb)], 3.0)
-        before = a.delivery_stats()
+        before = delivery_stats(a)
         batch = a.consume(100, 1.0)
         unowned = [(m.partition(), m.offset()) for m in batch if m.error() is None and not a.owns(m)]
         assert not unowned, f"I2: consume() returned {len(unowned)} record(s) of partitions A no longer owns"
-        after = a.delivery_stats()
+        after = delivery_stats(a)
         purged = (after.purged_revoked + after.purged_unowned) - (before.purged_revoked + before.purged_unowned)
         assert purged > 0, "no record of the revoked partition was waiting: the scenario proved nothing"
     finally:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, Message
 
 from safeconsumer._partitions import PartitionTable
 
@@ -11,6 +11,10 @@ A0, A1 = ("a", 0), ("a", 1)
 
 def _msg(key: tuple[str, int], offset: int) -> Message:
     return Message(topic=key[0], partition=key[1], offset=offset, value=b"%d" % offset)
+
+
+def _eof(key: tuple[str, int], offset: int) -> Message:
+    return Message(topic=key[0], partition=key[1], offset=offset, error=KafkaError(KafkaError._PARTITION_EOF))
 
 
 def _table(*owned: tuple[str, int]) -> PartitionTable:
@@ -56,6 +60,34 @@ def test_eager_limbo_restores_a_partition_that_comes_back() -> None:
     assert [m.offset() for m in table.ahead] == [7]
     assert table.resume_at == {A0: 8}, "reads on after the last record held for it"
     assert table.maybe_releasable
+
+
+def test_a_partition_s_eof_event_leaves_with_it_and_is_not_counted_as_a_record() -> None:
+    table = _table(A0, A1)
+    table.ahead.extend([_msg(A0, 4), _eof(A0, 5), _msg(A1, 9), _eof(A1, 10)])
+    table.left([A0], "revoked")
+    assert [(m.partition(), m.offset()) for m in table.ahead] == [(1, 9), (1, 10)], "upstream discards it too"
+    assert table.purged["revoked"] == 1
+    table.seeked(A1, 3)
+    assert not table.ahead and table.purged["seek"] == 1
+
+
+def test_eager_limbo_restores_an_eof_event_behind_its_records() -> None:
+    table = _table(A0)
+    table.ahead.extend([_msg(A0, 3), _msg(A0, 4), _eof(A0, 5)])
+    table.to_limbo([A0])
+    assert not table.ahead, "nothing of a partition in limbo can be handed out"
+    table.assigned([A0], replace=True)
+    assert [(m.error() is None, m.offset()) for m in table.ahead] == [(True, 3), (True, 4), (False, 5)]
+    assert table.resume_at == {A0: 5}, "after the last record, not after the EOF event's offset"
+
+
+def test_eager_limbo_purge_counts_records_only() -> None:
+    table = _table(A0, A1)
+    table.ahead.extend([_msg(A1, 7), _eof(A1, 8)])
+    table.to_limbo([A0, A1])
+    table.assigned([A0], replace=True)
+    assert table.purged["revoked"] == 1 and not table.ahead
 
 
 def test_seek_purges_and_sets_a_target() -> None:
@@ -195,3 +227,24 @@ def test_taking_a_lane_back_leaves_the_app_a_prefix_in_order() -> None:
     taken: list[Message] = _partitions._drain(Interleaved())  # type: ignore[arg-type]
     assert got == [1]
     assert [m.offset() for m in taken] == [2, 3, 4]
+
+
+def test_consumed_counts_are_exact_on_the_one_topic_path_and_the_general_one() -> None:
+    """Telemetry's per-partition counts: the cheap path (one topic) and the exact one agree."""
+    from collections import Counter
+
+    one = _table(A0, A1)
+    many = _table(A0, A1, ("b", 0))
+    for table in (one, many):
+        table.consumed = Counter()
+    batch = [_msg(A0, 1), _msg(A1, 1), _msg(A0, 2), _msg(A0, 3), _msg(A1, 2), _msg(A0, 4)]
+    one.count_delivered(batch)
+    many.count_delivered([*batch, _msg(("b", 0), 7)])
+    assert one.consumed == Counter({A0: 4, A1: 2})
+    assert many.consumed == Counter({A0: 4, A1: 2, ("b", 0): 1})
+    one.count_delivered(batch[:2])  # small batches go the exact way
+    assert one.consumed == Counter({A0: 5, A1: 3})
+    # After an assignment change the topic and numbers are looked at again.
+    one.assigned([("c", 300)], replace=True)
+    one.count_delivered([_msg(("c", 300), i) for i in range(6)])
+    assert one.consumed[("c", 300)] == 6
