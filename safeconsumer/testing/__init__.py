@@ -1,4 +1,8 @@
-"""Real Kafka brokers for tests, demos and development; also a pytest plugin.
+"""Real Kafka brokers for tests, demos and development; also an opt-in pytest plugin.
+
+Opt in with ``pytest -p safeconsumer.testing`` (or ``pytest_plugins = ["safeconsumer.testing"]``
+in a top-level conftest.py): the fixtures ``kafka_broker``, ``kafka_bootstrap``,
+``kafka_broker_factory`` and ``kafka``, and a report-header line. Nothing is registered otherwise.
 
 >>> from safeconsumer.testing import start_broker
 >>> with start_broker(overrides={"group.max.size": "2"}) as broker:  # doctest: +SKIP
@@ -23,6 +27,10 @@ from ._kit import (
     wait_until,
 )
 from ._local import KAFKA_VERSION, kafka_lib_dir
+
+#: Opting in to ``safeconsumer.testing`` (``-p`` or ``pytest_plugins``) loads the plugin module;
+#: without pytest this is an inert list.
+pytest_plugins = ["safeconsumer.testing.plugin"]
 
 __all__ = [
     "Broker",

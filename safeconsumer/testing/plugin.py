@@ -1,4 +1,8 @@
-"""pytest plugin (entry point ``pytest11``): a real Kafka broker for every test that asks.
+"""pytest plugin, opt-in: a real Kafka broker for every test that asks.
+
+Installing safeconsumer changes nobody's test runs. A project opts in with
+``pytest -p safeconsumer.testing``, ``addopts = "-p safeconsumer.testing"`` in its pytest
+configuration, or ``pytest_plugins = ["safeconsumer.testing"]`` in its top-level conftest.py.
 
 Fixtures:
 
