@@ -419,7 +419,7 @@ def main() -> int:
     from examples import spark_pipeline
 
     _say("Spark: two foreachPartition tasks as group members (safeconsumer.spark) ...")
-    spark_status = spark_pipeline.main()
+    spark_status = spark_pipeline.main([])
     bad = [r.scenario for r in rows if not r.safe_ok]
     if bad or spark_status:
         _say(f"SafeConsumer misbehaved: {bad or 'spark pipeline'}")

@@ -1,7 +1,14 @@
 """A PySpark pipeline: N Spark tasks, each a consumer-group member, write what they read to files.
 
-    python -m examples.spark_pipeline            # on the embedded broker
+    python -m examples.spark_pipeline            # a standalone cluster, on the embedded broker
+    python -m examples.spark_pipeline --local    # local[2]: one JVM, quicker
     KAFKA_BOOTSTRAP_SERVERS=host:9092 python -m examples.spark_pipeline
+
+By default the job runs on a Spark standalone cluster started here from the pyspark
+distribution: a master and two workers, each a process of its own, whose executors (a JVM each,
+with their own Python workers) run the tasks. safeconsumer reaches the executors as any
+dependency does on a cluster: here the workers share this machine's virtualenv; elsewhere ship it
+(``docs/spark.md``).
 
 Each task consumes its partitions up to the end offsets it saw when they were assigned, hands
 the records to the sink in batches, and commits a batch only after the sink returned. Running
@@ -12,10 +19,18 @@ stable instance ids the next run takes its places back, one assignment per task.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import socket
+import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +50,30 @@ class FileSink:
         self.directory = directory
 
     def __call__(self, records: list[Message]) -> None:
-        path = Path(self.directory) / f"batch-{os.getpid()}-{uuid.uuid4().hex}.csv"
+        # The file name says which executor JVM (0: none, local mode) and Python worker wrote it.
+        path = Path(self.directory) / f"batch-{executor_pid()}-{os.getpid()}-{uuid.uuid4().hex}.csv"
         path.write_text("".join(f"{m.topic()},{m.partition()},{m.offset()}\n" for m in records))
+
+
+def executor_pid() -> int:
+    """The pid of the Spark executor JVM this Python worker runs under (Linux), 0 if none."""
+    pid = os.getpid()
+    for _ in range(8):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent
+            if pid <= 1:
+                return 0
+            if b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except (OSError, ValueError, IndexError):
+            return 0
+    return 0
+
+
+def executors(directory: str) -> set[int]:
+    """The executor JVMs (pids; 0 for local mode) whose tasks wrote batches to ``directory``."""
+    return {int(path.name.split("-")[1]) for path in Path(directory).glob("batch-*.csv")}
 
 
 def processed(directory: str) -> list[tuple[str, int, int]]:
@@ -49,20 +86,146 @@ def processed(directory: str) -> list[tuple[str, int, int]]:
     return out
 
 
-def spark_session(parallelism: int = 2) -> Any:
-    """A local SparkSession whose Python workers run this interpreter and can import this project."""
-    from pyspark.sql import SparkSession
-
+def _python_env() -> None:
+    """Spark's Python workers run this interpreter and can import this project (the sink's module)."""
     root = str(Path(__file__).resolve().parents[1])
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    return (
-        SparkSession.builder.master(f"local[{parallelism}]")
-        .appName("safeconsumer-example")
+
+
+def spark_session(parallelism: int = 2, *, master: str | None = None) -> Any:
+    """A SparkSession: ``local[parallelism]``, or on the cluster at ``master`` (``spark://host:port``).
+
+    On a cluster each executor gets one core (so ``parallelism`` executors run the tasks side by
+    side), task retries stay Spark's default and speculation stays off: a speculative copy of a
+    task would be one more group member.
+    """
+    from pyspark.sql import SparkSession
+
+    _python_env()
+    builder = (
+        SparkSession.builder.appName("safeconsumer-example")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(parallelism))
-        .getOrCreate()
+        .config("spark.speculation", "false")
     )
+    if master is None:
+        builder = builder.master(f"local[{parallelism}]")
+    else:
+        builder = (
+            builder.master(master)
+            .config("spark.executor.cores", "1")
+            .config("spark.cores.max", str(parallelism))
+            .config("spark.executor.memory", "512m")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+            # Start the job only once every executor is there: each task is a group member of its own.
+            .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
+            .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "120s")
+        )
+    return builder.getOrCreate()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class SparkClusterError(RuntimeError):
+    """The standalone cluster did not come up; the message names what and where its logs are."""
+
+
+@contextmanager
+def standalone_cluster(workers: int = 2, *, timeout: float = 120.0) -> Iterator[str]:
+    """A Spark standalone cluster on 127.0.0.1: a master and ``workers`` workers (one core each).
+
+    Each is a process of its own started with the pyspark distribution's ``bin/spark-class``;
+    yields the master URL and stops them all on exit. Fails with :class:`SparkClusterError`
+    naming the process and its log when one does not come up within ``timeout`` seconds.
+    """
+    import pyspark
+
+    home = Path(pyspark.__file__).resolve().parent
+    _python_env()
+    logs = Path(tempfile.mkdtemp(prefix="safeconsumer-spark-"))
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(logs),
+        "SPARK_WORKER_DIR": str(logs / "work"),
+    }
+    port, ui = _free_port(), _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    with ExitStack() as stack:
+
+        def start(name: str, *args: str) -> subprocess.Popen[bytes]:
+            log = stack.enter_context((logs / f"{name}.log").open("wb"))
+            proc = subprocess.Popen(
+                [str(home / "bin" / "spark-class"), *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+            stack.callback(_stop, proc)
+            return proc
+
+        master = start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(ui),
+        )
+        for i in range(workers):
+            start(
+                f"worker-{i}",
+                "org.apache.spark.deploy.worker.Worker",
+                url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(_free_port()),
+                "--work-dir",
+                str(logs / f"work-{i}"),
+            )
+        deadline = time.monotonic() + timeout
+        alive = 0
+        while alive < workers:
+            if master.poll() is not None:
+                raise SparkClusterError(f"the Spark master exited ({master.returncode}); log: {logs / 'master.log'}")
+            if time.monotonic() > deadline:
+                raise SparkClusterError(
+                    f"{alive} of {workers} Spark workers registered with {url} within {timeout:.0f}s; logs in {logs}"
+                )
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as reply:
+                    alive = int(json.load(reply).get("aliveworkers", 0))
+            except OSError:
+                pass
+            time.sleep(0.5)
+        yield url
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def run_pipeline(
@@ -86,21 +249,31 @@ def run_pipeline(
     return run_consumer_tasks(spark, task, tasks=tasks)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="safeconsumer.spark on a Spark standalone cluster (or local[2])")
+    parser.add_argument("--local", action="store_true", help="run on local[2] instead of a standalone cluster")
+    args = parser.parse_args(argv)
     n = 2000
+    with ExitStack() as stack:
+        master = None if args.local else stack.enter_context(standalone_cluster(workers=2))
+        return _run(n, master)
+
+
+def _run(n: int, master: str | None) -> int:
     with start_broker() as broker:
         kit = KafkaTestKit(broker.bootstrap_servers, prefix="spark-example")
         topic = kit.create_topic(partitions=4)
         kit.produce(topic, n, partitions=4)
         group, static_group = kit.name("group"), kit.name("static-group")
-        print(f"produced {n} records to {topic}; starting Spark (local[2])", flush=True)
-        spark = spark_session()
+        where = f"a standalone cluster at {master} (two workers)" if master else "local[2]"
+        print(f"produced {n} records to {topic}; starting Spark on {where}", flush=True)
+        spark = spark_session(master=master)
         bootstrap = broker.bootstrap_servers
         try:
             with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as elsewhere:
                 first = run_pipeline(spark, bootstrap, topic, group, out)
                 second = run_pipeline(spark, bootstrap, topic, group, out)
-                rows = processed(out)
+                rows, jvms = processed(out), executors(out)
                 # Rebalances per run, with and without stable instance ids (static membership).
                 kit.produce(topic, n, partitions=4, start=n)
                 dynamic_next = run_pipeline(spark, bootstrap, topic, group, elsewhere)
@@ -115,7 +288,8 @@ def main() -> int:
             kit.close()
     print(
         f"first run: {first.records} records in {first.batches} batches by {first.tasks} tasks "
-        f"({first.rebalances} rebalance callbacks, {first.purged} purged); second run: {second.records} records",
+        f"({first.rebalances} rebalance callbacks, {first.purged} purged) in executor JVMs {sorted(jvms)}; "
+        f"second run: {second.records} records",
         flush=True,
     )
     dynamic = [max(r.generations, default=0) for r in (first, second, dynamic_next)]
@@ -129,6 +303,7 @@ def main() -> int:
         flush=True,
     )
     ok = first.records == n and second.records == 0 and len(set(rows)) == len(rows) == n
+    ok = ok and (master is None or (bool(jvms) and 0 not in jvms))  # on a cluster: written by executors
     ok = ok and dynamic_next.records == n and [r.records for r in static_runs] == [2 * n, n, n]
     ok = ok and dynamic[2] > dynamic[0] and static[2] == static[1]
     print("spark pipeline: OK" if ok else "spark pipeline: FAILED", flush=True)

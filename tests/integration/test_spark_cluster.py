@@ -1,0 +1,95 @@
+"""safeconsumer.spark on a Spark standalone cluster: a master and two workers, each a process of its own.
+
+The tasks run in two executor JVMs (one per worker) with their own Python workers, against the
+real broker. The guarantees are those of ``local[2]`` (``test_spark.py``): N records in, exactly
+N processed, offsets committed, a second run processes nothing, and a fatal error fails the job
+without Spark retrying the task (``spark.task.maxFailures`` left at the cluster default, 4).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples.spark_pipeline import (
+    FileSink,
+    executor_pid,
+    executors,
+    processed,
+    run_pipeline,
+    spark_session,
+    standalone_cluster,
+)
+from safeconsumer.spark import ConsumeTask, SparkConsumerFatalError, run_consumer_tasks
+from safeconsumer.testing import Broker, KafkaTestKit
+
+
+@pytest.fixture(scope="module")
+def cluster_spark() -> Iterator[Any]:
+    with standalone_cluster(workers=2) as master:
+        session = spark_session(parallelism=2, master=master)
+        try:
+            yield session
+        finally:
+            session.stop()
+
+
+def test_on_a_cluster_n_records_in_exactly_n_processed_then_nothing_new(
+    kafka: KafkaTestKit, cluster_spark: Any, tmp_path: Path
+) -> None:
+    assert cluster_spark.sparkContext.master.startswith("spark://")
+    assert cluster_spark.conf.get("spark.task.maxFailures", "4") == "4", "retries stay the cluster default"
+    n = 2000
+    topic = kafka.create_topic(partitions=4)
+    kafka.produce(topic, n, partitions=4)
+    group = kafka.name("g")
+    first = run_pipeline(cluster_spark, kafka.bootstrap_servers, topic, group, str(tmp_path), tasks=2)
+    rows = processed(str(tmp_path))
+    assert first.tasks == 2
+    assert first.records == n == len(rows), f"{first.records} counted, {len(rows)} written, {n} produced"
+    assert len(set(rows)) == n, "a record was processed twice"
+    assert {(p, o) for _, p, o in rows} == {(p, o) for p in range(4) for o in range(n // 4)}
+    # The batches were written in executor JVMs of the cluster (which of its two executors got
+    # partitions is the group's assignment: the first task in may read everything).
+    cluster = set(cluster_spark.sparkContext.parallelize(range(2), 2).map(lambda _: executor_pid()).collect())
+    assert len(cluster) == 2 and 0 not in cluster, f"the cluster did not run two executor JVMs: {cluster}"
+    assert executors(str(tmp_path)) <= cluster and os.getpid() not in cluster
+    assert kafka.committed(group, topic, 4) == {p: n // 4 for p in range(4)}, "offsets not committed to the end"
+
+    second = run_pipeline(cluster_spark, kafka.bootstrap_servers, topic, group, str(tmp_path), tasks=2)
+    assert second.records == 0 and len(processed(str(tmp_path))) == n, "the second run processed records again"
+
+
+def test_on_a_cluster_a_fatal_error_fails_the_job_without_retries(
+    kafka_broker_factory: Callable[[Mapping[str, str]], Broker], cluster_spark: Any, tmp_path: Path
+) -> None:
+    kit = KafkaTestKit(
+        kafka_broker_factory({"group.max.size": "1", "group.consumer.max.size": "1"}).bootstrap_servers,
+        prefix="spark-cluster-fatal",
+    )
+    try:
+        topic = kit.create_topic(partitions=2)
+        conf = {"bootstrap.servers": kit.bootstrap_servers, "group.id": kit.name("g"), "auto.offset.reset": "earliest"}
+        # Both tasks stay members for 12 s: the second to join finds the group full.
+        task = ConsumeTask(conf, [topic], sink=FileSink(str(tmp_path)), until_end=False, max_seconds=12)
+        sc = cluster_spark.sparkContext
+        sc.setJobGroup(kit.name("job"), "a fatal error")
+        with pytest.raises(SparkConsumerFatalError, match="GroupMaxSizeReachedError") as raised:
+            run_consumer_tasks(cluster_spark, task, tasks=2)
+        figures = raised.value.figures
+        assert figures is not None and figures.tasks == 2, "a task was retried or did not report"
+        assert len(figures.fatal) == 1
+        # What Spark saw: one job, its stage's two tasks completed, none failed (so none retried).
+        tracker = sc.statusTracker()
+        (job,) = tracker.getJobIdsForGroup(sc.getLocalProperty("spark.jobGroup.id"))
+        info = tracker.getJobInfo(job)
+        assert info is not None and len(info.stageIds) == 1, info
+        stage = tracker.getStageInfo(info.stageIds[0])
+        assert stage is not None, "the stage's figures were not kept"
+        assert (stage.numCompletedTasks, stage.numFailedTasks) == (2, 0), stage
+    finally:
+        kit.close()
