@@ -13,7 +13,7 @@ from typing import Literal, Protocol
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from ._container import ContainerBroker, docker_engine_available
+from ._container import ContainerBroker, container_image, docker_engine, docker_engine_available
 from ._errors import BrokerOverridesUnsupported, BrokerRestartUnsupported, BrokerStartError
 from ._kit import retry_until
 from ._local import KAFKA_VERSION, LocalBroker
@@ -56,21 +56,22 @@ class Broker:
     @contextmanager
     def down(self) -> Iterator[None]:
         """Inside the block the broker is stopped; at its end it starts again on the same
-        address and data (brokers started from local jars only).
+        address and data (brokers this process started: from local jars or in a container).
 
         Clients see the broker - and the group coordinator on it - go away and come back:
         the way to test what a client does while its coordinator is unavailable or moves.
         """
         process = self._process
-        if not isinstance(process, LocalBroker):
-            raise BrokerRestartUnsupported(f"down() needs a broker started from local jars, not a {self.kind} one")
+        if not isinstance(process, (LocalBroker, ContainerBroker)):
+            raise BrokerRestartUnsupported(f"down() needs a broker this process started, not a {self.kind} one")
         process.stop_process()
         try:
             yield
         finally:
             process.start_again()
             wait_ready(self.bootstrap_servers, timeout=process.startup_timeout)
-            object.__setattr__(self, "pid", process.pid)
+            if isinstance(process, LocalBroker):
+                object.__setattr__(self, "pid", process.pid)
 
 
 def wait_ready(bootstrap_servers: str, *, timeout: float) -> None:
@@ -88,12 +89,21 @@ def wait_ready(bootstrap_servers: str, *, timeout: float) -> None:
 
 
 def choose_kind() -> BrokerKind:
-    """Which broker :func:`start_broker` would use here, in order of preference."""
+    """Which broker :func:`start_broker` would use here, in order of preference.
+
+    ``SAFECONSUMER_BROKER`` chooses instead of the preference: ``local`` (jars) or
+    ``container`` (which then fails when no Docker engine answers, rather than fall back).
+    """
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         return "external"
-    if os.environ.get("SAFECONSUMER_BROKER", "").lower() != "local" and docker_engine_available():
+    forced = os.environ.get("SAFECONSUMER_BROKER", "").strip().lower()
+    if forced == "local":
+        return "local"
+    if forced == "container":
         return "container"
-    return "local"
+    if forced:
+        raise BrokerStartError(f"SAFECONSUMER_BROKER={forced!r}: expected 'local' or 'container' (or unset)")
+    return "container" if docker_engine_available() else "local"
 
 
 def launch_broker(
@@ -116,7 +126,13 @@ def launch_broker(
         return Broker(external, "external")
     process: ContainerBroker | LocalBroker
     if kind == "container":
+        if not docker_engine_available():
+            raise BrokerStartError(
+                f"SAFECONSUMER_BROKER=container, but no Docker engine answers at {docker_engine()} "
+                f"(image {container_image()!r}); start one, or unset SAFECONSUMER_BROKER to use local jars"
+            )
         process = ContainerBroker(settings)
+        process.startup_timeout = startup_timeout
     else:
         process = LocalBroker(settings, version=version, startup_timeout=startup_timeout)
     try:
@@ -128,7 +144,11 @@ def launch_broker(
         raise BrokerStartError(f"could not start a {kind} Kafka broker: {exc}") from exc
     try:
         wait_ready(process.bootstrap_servers, timeout=startup_timeout)
-    except BrokerStartError:
+    except BrokerStartError as exc:
+        if isinstance(process, ContainerBroker):
+            detail = process.describe_failure()
+            process.stop()
+            raise BrokerStartError(f"{exc}: {detail}") from exc
         process.stop()
         raise
     pid = process.pid if isinstance(process, LocalBroker) else None
@@ -146,10 +166,15 @@ def start_broker(
 
     - ``KAFKA_BOOTSTRAP_SERVERS`` set: that cluster is used; ``overrides`` then
       raise :class:`BrokerOverridesUnsupported`, since they cannot apply.
-    - else, where a Docker engine answers a ping: a testcontainers Kafka in KRaft mode.
+    - else, where a Docker engine answers a ping: a container of Apache's ``apache/kafka``
+      image of the same Kafka version (``SAFECONSUMER_KAFKA_IMAGE`` names another), through
+      testcontainers, in KRaft mode.
     - else: a single-node KRaft broker from Apache Kafka's jars (``KAFKA_HOME``
-      or resolved from Maven Central into a cache). ``SAFECONSUMER_BROKER=local``
-      forces this choice even where Docker runs.
+      or resolved from Maven Central into a cache).
+    - ``SAFECONSUMER_BROKER=local`` or ``=container`` chooses instead of this order.
+
+    Local and container brokers get the same settings table (``_settings.BROKER_SETTINGS``),
+    then ``overrides``.
 
     ``overrides`` are broker settings, e.g. ``{"group.max.size": "2"}``.
     """

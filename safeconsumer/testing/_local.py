@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._errors import BrokerStartError
+from ._settings import BROKER_SETTINGS, broker_settings, node_settings
 
 logger = logging.getLogger(__name__)
 
@@ -42,30 +43,8 @@ logger = logging.getLogger(__name__)
 #: all resolve from Maven Central (4.4.0 lacks ``kafka-tools-api`` there).
 KAFKA_VERSION = "4.3.1"
 
-#: Broker settings that keep one test broker small and fast on two cores, and
-#: allow the short session and heartbeat timeouts that tests use.
-BASE_SETTINGS: Mapping[str, str] = {
-    "num.partitions": "1",
-    "auto.create.topics.enable": "false",
-    "offsets.topic.replication.factor": "1",
-    "offsets.topic.num.partitions": "1",
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
-    "share.coordinator.state.topic.replication.factor": "1",
-    "share.coordinator.state.topic.min.isr": "1",
-    "group.initial.rebalance.delay.ms": "0",
-    "group.min.session.timeout.ms": "1000",
-    "group.consumer.min.session.timeout.ms": "1000",
-    "group.consumer.session.timeout.ms": "6000",
-    "group.consumer.min.heartbeat.interval.ms": "100",
-    "group.consumer.heartbeat.interval.ms": "500",
-    "log.cleaner.dedupe.buffer.size": "2097152",
-    "num.network.threads": "1",
-    "num.io.threads": "1",
-    "num.recovery.threads.per.data.dir": "1",
-    "background.threads": "2",
-    "group.coordinator.threads": "1",
-}
+#: The shared table (kept under its old name for code that imported it from here).
+BASE_SETTINGS = BROKER_SETTINGS
 
 _JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Djava.awt.headless=true")
 _STARTED_MARKER = "Kafka Server started"
@@ -243,19 +222,15 @@ class LocalBroker:
         controller_port = _free_port()
         data = self.workdir / "data"
         shutil.rmtree(data, ignore_errors=True)
-        settings = {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
-            "log.dirs": str(data),
-            **BASE_SETTINGS,
-            **self.overrides,
-        }
+        node = node_settings(
+            listen="127.0.0.1",
+            advertise="127.0.0.1",
+            port=self.port,
+            controller_port=controller_port,
+            log_dirs=str(data),
+            dynamic_quorum=True,
+        )
+        settings = broker_settings(node, self.overrides)
         props = self.workdir / "server.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         log4j = self.workdir / "log4j2.properties"

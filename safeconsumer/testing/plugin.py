@@ -94,5 +94,11 @@ def kafka(kafka_broker: Broker, request: pytest.FixtureRequest) -> Iterator[Kafk
 
 def pytest_report_header(config: pytest.Config) -> str:
     from ._broker import choose_kind
+    from ._container import container_image
 
-    return f"safeconsumer.testing: Kafka broker source = {choose_kind()}"
+    try:
+        kind = choose_kind()
+    except BrokerStartError as exc:
+        return f"safeconsumer.testing: Kafka broker source = none ({exc})"
+    image = f" ({container_image()})" if kind == "container" else ""
+    return f"safeconsumer.testing: Kafka broker source = {kind}{image}"
