@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message
 
@@ -126,3 +127,25 @@ def fatal_error_of(third: SafeConsumer, members: Sequence[tuple[Consumer, Receiv
 
     wait_until(lambda: raised, timeout=timeout, what="a fatal consumer error", step=step)
     return raised[0]
+
+
+def run_fatal_spark_job(spark: Any, factory: Callable[[Mapping[str, str]], Any], out_dir: str, prefix: str) -> Any:
+    """Two ``ConsumeTask``s on a broker with ``group.max.size=1``, both members for 12 s: the second
+    to join finds the group full. Returns the figures of the ``SparkConsumerFatalError`` the job raised."""
+    import pytest
+
+    from examples.spark_pipeline import FileSink
+    from safeconsumer.spark import ConsumeTask, SparkConsumerFatalError, run_consumer_tasks
+
+    kit = KafkaTestKit(
+        factory({"group.max.size": "1", "group.consumer.max.size": "1"}).bootstrap_servers, prefix=prefix
+    )
+    try:
+        topic = kit.create_topic(partitions=2)
+        conf = {"bootstrap.servers": kit.bootstrap_servers, "group.id": kit.name("g"), "auto.offset.reset": "earliest"}
+        task = ConsumeTask(conf, [topic], sink=FileSink(out_dir), until_end=False, max_seconds=12)
+        with pytest.raises(SparkConsumerFatalError, match="GroupMaxSizeReachedError") as raised:
+            run_consumer_tasks(spark, task, tasks=2)
+        return raised.value.figures
+    finally:
+        kit.close()

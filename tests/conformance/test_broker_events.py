@@ -265,11 +265,13 @@ def test_a_rebalance_goes_ahead_of_the_records_already_fetched(kafka: KafkaTestK
                 what="both partitions fetched",
             )
             before = len(log.calls)
-            with _peer_joining(kafka, group, protocol, topic):
-                time.sleep(3.0)  # the application is busy while the peer joins: the stimulus, not a wait
-                poll_until(
-                    log, c, lambda: any(e[0] == "revoke" for e in log.flat()), timeout=30, what="on_revoke", wait=1.0
-                )
+            _busy_while_a_peer_joins(
+                log,
+                c,
+                peer=(kafka, group, protocol, topic),
+                until=lambda: any(e[0] == "revoke" for e in log.flat()),
+                what="on_revoke",
+            )
         log.calls = log.calls[before:]
         return log
 
@@ -282,6 +284,21 @@ def test_a_rebalance_goes_ahead_of_the_records_already_fetched(kafka: KafkaTestK
     # The oracle: the revocation comes first (eager: both partitions; incremental: the one that moves).
     assert first(upstream) == ("revoke", 2 if protocol == "range" else 1), upstream.calls
     assert first(safe) == first(upstream), (upstream.calls, safe.calls)
+
+
+def _busy_while_a_peer_joins(
+    log: Log,
+    consumer: Consumer,
+    *,
+    peer: tuple[KafkaTestKit, str, Protocol, str],
+    until: Callable[[], bool],
+    what: str,
+) -> None:
+    """The application is busy for 3 s while a peer (kit, group, protocol, its topic) joins, then
+    polls until ``until``."""
+    with _peer_joining(*peer):
+        time.sleep(3.0)  # the application is busy while the peer joins: the stimulus, not a wait
+        poll_until(log, consumer, until, timeout=30, what=what, wait=1.0)
 
 
 @contextmanager
@@ -321,15 +338,13 @@ def test_a_partition_kept_through_a_rebalance_reaches_its_eof_after_its_records(
         with consumer_of(which, conf, keepalive="off") as c:
             c.subscribe([topic], **log.callbacks())
             poll_until(log, c, lambda: len(records(log)) == 1, timeout=30, what="the first record")
-            with _peer_joining(kafka, group, protocol, other):
-                time.sleep(3.0)  # the application is busy while the peer joins: the stimulus, not a wait
-                poll_until(
-                    log,
-                    c,
-                    lambda: any(e[:2] == ("error", "_PARTITION_EOF") for e in log.flat()),
-                    timeout=30,
-                    what="the EOF event",
-                )
+            _busy_while_a_peer_joins(
+                log,
+                c,
+                peer=(kafka, group, protocol, other),
+                until=lambda: any(e[:2] == ("error", "_PARTITION_EOF") for e in log.flat()),
+                what="the EOF event",
+            )
         return log
 
     upstream, safe = both(run)

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from examples.spark_pipeline import FileSink, processed, run_pipeline, spark_session
-from safeconsumer.spark import ConsumeTask, SparkConsumerFatalError, run_consumer_tasks
+from safeconsumer.spark import ConsumeTask, run_consumer_tasks
 from safeconsumer.testing import Broker, KafkaTestKit
+
+from ..support import run_fatal_spark_job
 
 
 @pytest.fixture(scope="module")
@@ -65,22 +67,9 @@ def test_bad_config_fails_on_the_driver_before_any_task(kafka: KafkaTestKit, spa
 def test_a_fatal_error_aborts_the_job_instead_of_being_retried(
     kafka_broker_factory: Callable[[Mapping[str, str]], Broker], spark: Any, tmp_path: Path
 ) -> None:
-    kit = KafkaTestKit(
-        kafka_broker_factory({"group.max.size": "1", "group.consumer.max.size": "1"}).bootstrap_servers,
-        prefix="spark-fatal",
-    )
-    try:
-        topic = kit.create_topic(partitions=2)
-        conf = {"bootstrap.servers": kit.bootstrap_servers, "group.id": kit.name("g"), "auto.offset.reset": "earliest"}
-        # Both tasks stay members for 12 s: the second to join finds the group full.
-        task = ConsumeTask(conf, [topic], sink=FileSink(str(tmp_path)), until_end=False, max_seconds=12)
-        with pytest.raises(SparkConsumerFatalError, match="GroupMaxSizeReachedError") as raised:
-            run_consumer_tasks(spark, task, tasks=2)
-        figures = raised.value.figures
-        assert figures is not None and figures.tasks == 2, "a task was retried or did not report"
-        assert len(figures.fatal) == 1
-    finally:
-        kit.close()
+    figures = run_fatal_spark_job(spark, kafka_broker_factory, str(tmp_path), "spark-fatal")
+    assert figures is not None and figures.tasks == 2, "a task was retried or did not report"
+    assert len(figures.fatal) == 1
 
 
 def test_stable_instance_ids_let_the_next_run_take_its_places_back(

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from examples.spark_pipeline import (
-    FileSink,
     executor_pid,
     executors,
     processed,
@@ -24,8 +23,9 @@ from examples.spark_pipeline import (
     spark_session,
     standalone_cluster,
 )
-from safeconsumer.spark import ConsumeTask, SparkConsumerFatalError, run_consumer_tasks
 from safeconsumer.testing import Broker, KafkaTestKit
+
+from ..support import run_fatal_spark_job
 
 
 @pytest.fixture(scope="module")
@@ -67,29 +67,17 @@ def test_on_a_cluster_n_records_in_exactly_n_processed_then_nothing_new(
 def test_on_a_cluster_a_fatal_error_fails_the_job_without_retries(
     kafka_broker_factory: Callable[[Mapping[str, str]], Broker], cluster_spark: Any, tmp_path: Path
 ) -> None:
-    kit = KafkaTestKit(
-        kafka_broker_factory({"group.max.size": "1", "group.consumer.max.size": "1"}).bootstrap_servers,
-        prefix="spark-cluster-fatal",
-    )
-    try:
-        topic = kit.create_topic(partitions=2)
-        conf = {"bootstrap.servers": kit.bootstrap_servers, "group.id": kit.name("g"), "auto.offset.reset": "earliest"}
-        # Both tasks stay members for 12 s: the second to join finds the group full.
-        task = ConsumeTask(conf, [topic], sink=FileSink(str(tmp_path)), until_end=False, max_seconds=12)
-        sc = cluster_spark.sparkContext
-        sc.setJobGroup(kit.name("job"), "a fatal error")
-        with pytest.raises(SparkConsumerFatalError, match="GroupMaxSizeReachedError") as raised:
-            run_consumer_tasks(cluster_spark, task, tasks=2)
-        figures = raised.value.figures
-        assert figures is not None and figures.tasks == 2, "a task was retried or did not report"
-        assert len(figures.fatal) == 1
-        # What Spark saw: one job, its stage's two tasks completed, none failed (so none retried).
-        tracker = sc.statusTracker()
-        (job,) = tracker.getJobIdsForGroup(sc.getLocalProperty("spark.jobGroup.id"))
-        info = tracker.getJobInfo(job)
-        assert info is not None and len(info.stageIds) == 1, info
-        stage = tracker.getStageInfo(info.stageIds[0])
-        assert stage is not None, "the stage's figures were not kept"
-        assert (stage.numCompletedTasks, stage.numFailedTasks) == (2, 0), stage
-    finally:
-        kit.close()
+    sc = cluster_spark.sparkContext
+    group = f"fatal-{os.getpid()}-{id(tmp_path)}"
+    sc.setJobGroup(group, "a fatal error")
+    figures = run_fatal_spark_job(cluster_spark, kafka_broker_factory, str(tmp_path), "spark-cluster-fatal")
+    assert figures is not None and figures.tasks == 2, "a task was retried or did not report"
+    assert len(figures.fatal) == 1
+    # What Spark saw: one job, its stage's two tasks completed, none failed (so none retried).
+    tracker = sc.statusTracker()
+    (job,) = tracker.getJobIdsForGroup(group)
+    info = tracker.getJobInfo(job)
+    assert info is not None and len(info.stageIds) == 1, info
+    stage = tracker.getStageInfo(info.stageIds[0])
+    assert stage is not None, "the stage's figures were not kept"
+    assert (stage.numCompletedTasks, stage.numFailedTasks) == (2, 0), stage
