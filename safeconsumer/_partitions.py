@@ -317,7 +317,7 @@ class PartitionTable:
     def _count_consumed(self, consumed: Counter[tuple[str | None, int | None]], msgs: list[Message]) -> None:
         """Add ``msgs`` to the per-partition counts telemetry reports (only while an SDK records).
 
-        The exact count per (topic, partition) costs about 0.15 µs a record in Python. When every
+        The exact count per (topic, partition) costs about 0.19 µs a record in Python. When every
         owned partition is of one topic, numbered below 256 (the common consumer), one C pass
         writes the batch's partition numbers into a ``bytes`` and each owned partition's count
         is a ``bytes.count``: about 0.03 µs a record. Any record that is not of those partitions
