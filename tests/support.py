@@ -149,3 +149,25 @@ def run_fatal_spark_job(spark: Any, factory: Callable[[Mapping[str, str]], Any],
         return raised.value.figures
     finally:
         kit.close()
+
+
+def check_n_in_exactly_n_processed_then_nothing(spark: Any, kafka: KafkaTestKit, out_dir: str) -> None:
+    """The Spark pipeline's guarantees: N records in, exactly N processed across two tasks, offsets
+    committed to the end; a second run processes nothing."""
+    from examples.spark_pipeline import processed, run_pipeline
+
+    n = 2000
+    topic = kafka.create_topic(partitions=4)
+    kafka.produce(topic, n, partitions=4)
+    group = kafka.name("g")
+    first = run_pipeline(spark, kafka.bootstrap_servers, topic, group, out_dir, tasks=2)
+    rows = processed(out_dir)
+    assert first.tasks == 2 and len(first.task_seconds) == 2
+    assert first.records == n == len(rows), f"{first.records} counted, {len(rows)} written, {n} produced"
+    assert len(set(rows)) == n, "a record was processed twice"
+    assert {(p, o) for _, p, o in rows} == {(p, o) for p in range(4) for o in range(n // 4)}
+    committed = kafka.committed(group, topic, 4)
+    assert committed == {p: n // 4 for p in range(4)}, "offsets were not committed up to the end"
+
+    second = run_pipeline(spark, kafka.bootstrap_servers, topic, group, out_dir, tasks=2)
+    assert second.records == 0 and len(processed(out_dir)) == n, "the second run processed records again"

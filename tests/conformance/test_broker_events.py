@@ -254,11 +254,7 @@ def test_a_rebalance_goes_ahead_of_the_records_already_fetched(kafka: KafkaTestK
         topic = kafka.create_topic(partitions=2)
         kafka.produce(topic, 10, partitions=2)
         group = kafka.name("g")
-        log = Log(topics={topic: "t"})
-        conf = kafka.consumer_conf(group, protocol, enable_partition_eof=True, enable_auto_commit=False)
-        with consumer_of(which, conf, keepalive="off") as c:
-            c.subscribe([topic], **log.callbacks())
-            poll_until(log, c, lambda: len(records(log)) == 1, timeout=30, what="the first record")
+        with _one_record_read(kafka, which, protocol, topic, group) as (log, c):
             wait_until(
                 lambda: all(c.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1] == 5 for p in (0, 1)),
                 timeout=30,
@@ -284,6 +280,20 @@ def test_a_rebalance_goes_ahead_of_the_records_already_fetched(kafka: KafkaTestK
     # The oracle: the revocation comes first (eager: both partitions; incremental: the one that moves).
     assert first(upstream) == ("revoke", 2 if protocol == "range" else 1), upstream.calls
     assert first(safe) == first(upstream), (upstream.calls, safe.calls)
+
+
+@contextmanager
+def _one_record_read(
+    kafka: KafkaTestKit, which: str, protocol: Protocol, topic: str, group: str
+) -> Iterator[tuple[Log, Consumer]]:
+    """A consumer of ``topic`` in ``group`` (EOF events on, nothing committed, keepalive off, its
+    topic logged as "t") that has read one record; closed on exit."""
+    log = Log(topics={topic: "t"})
+    conf = kafka.consumer_conf(group, protocol, enable_partition_eof=True, enable_auto_commit=False)
+    with consumer_of(which, conf, keepalive="off") as c:
+        c.subscribe([topic], **log.callbacks())
+        poll_until(log, c, lambda: len(records(log)) == 1, timeout=30, what="the first record")
+        yield log, c
 
 
 def _busy_while_a_peer_joins(
@@ -333,11 +343,7 @@ def test_a_partition_kept_through_a_rebalance_reaches_its_eof_after_its_records(
         topic, other = kafka.create_topic(partitions=1), kafka.create_topic(partitions=1)
         kafka.produce(topic, 5, partitions=1)
         group = kafka.name("g")
-        log = Log(topics={topic: "t"})
-        conf = kafka.consumer_conf(group, protocol, enable_partition_eof=True, enable_auto_commit=False)
-        with consumer_of(which, conf, keepalive="off") as c:
-            c.subscribe([topic], **log.callbacks())
-            poll_until(log, c, lambda: len(records(log)) == 1, timeout=30, what="the first record")
+        with _one_record_read(kafka, which, protocol, topic, group) as (log, c):
             _busy_while_a_peer_joins(
                 log,
                 c,

@@ -12,7 +12,7 @@ from examples.spark_pipeline import FileSink, processed, run_pipeline, spark_ses
 from safeconsumer.spark import ConsumeTask, run_consumer_tasks
 from safeconsumer.testing import Broker, KafkaTestKit
 
-from ..support import run_fatal_spark_job
+from ..support import check_n_in_exactly_n_processed_then_nothing, run_fatal_spark_job
 
 
 @pytest.fixture(scope="module")
@@ -25,21 +25,7 @@ def spark() -> Iterator[Any]:
 
 
 def test_n_records_in_exactly_n_processed_then_nothing_new(kafka: KafkaTestKit, spark: Any, tmp_path: Path) -> None:
-    n = 2000
-    topic = kafka.create_topic(partitions=4)
-    kafka.produce(topic, n, partitions=4)
-    group = kafka.name("g")
-    first = run_pipeline(spark, kafka.bootstrap_servers, topic, group, str(tmp_path), tasks=2)
-    rows = processed(str(tmp_path))
-    assert first.tasks == 2 and len(first.task_seconds) == 2
-    assert first.records == n == len(rows), f"{first.records} counted, {len(rows)} written, {n} produced"
-    assert len(set(rows)) == n, "a record was processed twice"
-    assert {(p, o) for _, p, o in rows} == {(p, o) for p in range(4) for o in range(n // 4)}
-    committed = kafka.committed(group, topic, 4)
-    assert committed == {p: n // 4 for p in range(4)}, "offsets were not committed up to the end"
-
-    second = run_pipeline(spark, kafka.bootstrap_servers, topic, group, str(tmp_path), tasks=2)
-    assert second.records == 0 and len(processed(str(tmp_path))) == n, "the second run processed records again"
+    check_n_in_exactly_n_processed_then_nothing(spark, kafka, str(tmp_path))
 
 
 def test_bad_config_fails_on_the_driver_before_any_task(kafka: KafkaTestKit, spark: Any, tmp_path: Path) -> None:

@@ -18,14 +18,12 @@ import pytest
 from examples.spark_pipeline import (
     executor_pid,
     executors,
-    processed,
-    run_pipeline,
     spark_session,
     standalone_cluster,
 )
 from safeconsumer.testing import Broker, KafkaTestKit
 
-from ..support import run_fatal_spark_job
+from ..support import check_n_in_exactly_n_processed_then_nothing, run_fatal_spark_job
 
 
 @pytest.fixture(scope="module")
@@ -43,25 +41,12 @@ def test_on_a_cluster_n_records_in_exactly_n_processed_then_nothing_new(
 ) -> None:
     assert cluster_spark.sparkContext.master.startswith("spark://")
     assert cluster_spark.conf.get("spark.task.maxFailures", "4") == "4", "retries stay the cluster default"
-    n = 2000
-    topic = kafka.create_topic(partitions=4)
-    kafka.produce(topic, n, partitions=4)
-    group = kafka.name("g")
-    first = run_pipeline(cluster_spark, kafka.bootstrap_servers, topic, group, str(tmp_path), tasks=2)
-    rows = processed(str(tmp_path))
-    assert first.tasks == 2
-    assert first.records == n == len(rows), f"{first.records} counted, {len(rows)} written, {n} produced"
-    assert len(set(rows)) == n, "a record was processed twice"
-    assert {(p, o) for _, p, o in rows} == {(p, o) for p in range(4) for o in range(n // 4)}
+    check_n_in_exactly_n_processed_then_nothing(cluster_spark, kafka, str(tmp_path))
     # The batches were written in executor JVMs of the cluster (which of its two executors got
     # partitions is the group's assignment: the first task in may read everything).
     cluster = set(cluster_spark.sparkContext.parallelize(range(2), 2).map(lambda _: executor_pid()).collect())
     assert len(cluster) == 2 and 0 not in cluster, f"the cluster did not run two executor JVMs: {cluster}"
     assert executors(str(tmp_path)) <= cluster and os.getpid() not in cluster
-    assert kafka.committed(group, topic, 4) == {p: n // 4 for p in range(4)}, "offsets not committed to the end"
-
-    second = run_pipeline(cluster_spark, kafka.bootstrap_servers, topic, group, str(tmp_path), tasks=2)
-    assert second.records == 0 and len(processed(str(tmp_path))) == n, "the second run processed records again"
 
 
 def test_on_a_cluster_a_fatal_error_fails_the_job_without_retries(
