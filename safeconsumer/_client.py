@@ -124,6 +124,8 @@ class RawClient:
         """Resume partitions; ``leaving``: they may already be gone from librdkafka (no flag left)."""
         try:
             self.call(Consumer.resume, tps(keys))
+        except FatalConsumerError:
+            raise
         except KafkaException as exc:
             if not leaving:
                 raise

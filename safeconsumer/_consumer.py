@@ -351,7 +351,13 @@ class SafeConsumer(Consumer):
         _positive("keepalive_after", keepalive_after, 1.0)
         _positive("keepalive_max", keepalive_max, 1.0)
         config: dict[str, Any] = {**conf, **kwargs}
-        auto_store = _librdkafka_bool("enable.auto.offset.store", config.get("enable.auto.offset.store", True))
+        try:
+            auto_store = _librdkafka_bool("enable.auto.offset.store", config.get("enable.auto.offset.store", True))
+        except KafkaException:
+            # librdkafka judges the settings in the dict's order: whatever it finds wrong first
+            # (another key, another value) is the error upstream raises, so let it speak first.
+            Consumer(config).close()
+            raise
         # The gate stores offsets itself, once records are processed (see _delivery).
         config["enable.auto.offset.store"] = False
         logger.debug("creating SafeConsumer with config %s", redact_config(config))
@@ -632,6 +638,8 @@ class SafeConsumer(Consumer):
         spans your code starts inside are its children. An exception leaving the block is
         recorded on the span and re-raised. Payloads and keys are never recorded.
         """
+        if self._state is _State.CLOSED:
+            raise self._closed("process")
         return self._telemetry.process(message)
 
     # -- keepalive -----------------------------------------------------------------------
@@ -1110,5 +1118,7 @@ def delivery_stats(consumer: SafeConsumer) -> DeliveryStats:
     """
     if not isinstance(consumer, SafeConsumer):
         raise TypeError(f"delivery_stats() takes a SafeConsumer, got {type(consumer).__name__}")
+    if "_gate" not in vars(consumer):  # a subclass that never called __init__: nothing was counted
+        raise consumer._closed("delivery_stats")
     with consumer._lock:
         return consumer._gate.stats()

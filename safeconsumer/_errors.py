@@ -6,18 +6,21 @@
     ├── ConsumerClosedError            (also RuntimeError) a call after close()
     ├── InvalidPauseRequest            (also ValueError, TypeError) bad pause/resume input
     ├── PauseStateError                (also RuntimeError) topic pause with nothing to apply it to
-    └── FatalConsumerError             the consumer cannot go on; it has closed itself
+    └── FatalConsumerError             (also KafkaException) the consumer cannot go on; it has closed itself
         └── GroupMaxSizeReachedError   the broker refused this member: group.max.size reached
 
 Errors of the underlying client keep their confluent_kafka types (``KafkaException``,
 ``RuntimeError``, ``TypeError``, ``ValueError``) so existing ``except`` clauses keep working.
-Fatal errors keep the original :class:`confluent_kafka.KafkaError` as ``kafka_error`` and
-are raised ``from`` the exception that carried it.
+A fatal error is a ``KafkaException`` too, as upstream's are: ``args[0]`` is the original
+:class:`confluent_kafka.KafkaError` (also ``kafka_error``), and its text starts with upstream's
+(``KafkaError{...}``), then says what safeconsumer did about it.
 """
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
 
 #: librdkafka's code for the broker's GROUP_MAX_SIZE_REACHED (KIP-389).
 GROUP_MAX_SIZE_REACHED = 81
@@ -39,13 +42,32 @@ class PauseStateError(SafeConsumerError, RuntimeError):
     """A topic-level pause cannot apply: the consumer has neither a subscription nor an assignment."""
 
 
-class FatalConsumerError(SafeConsumerError):
-    """The consumer cannot continue; it has stopped and closed, and every later call raises this again."""
+class FatalConsumerError(SafeConsumerError, KafkaException):
+    """The consumer cannot continue; it has stopped and closed, and every later call raises this again.
+
+    A ``KafkaException``, as upstream's fatal errors are: an ``except KafkaException`` written for
+    confluent_kafka catches it, and ``exc.args[0]`` is the ``KafkaError`` (when one caused it).
+    """
 
     def __init__(self, message: str, *, kafka_error: KafkaError | None = None, group_id: str | None = None):
-        super().__init__(message)
+        super().__init__(kafka_error if kafka_error is not None else message)
+        self.message = message
         self.kafka_error = kafka_error
         self.group_id = group_id
+
+    def __str__(self) -> str:
+        # Upstream's text (the KafkaError) first, then what happened to the consumer.
+        return self.message if self.kafka_error is None else f"{self.kafka_error}: {self.message}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt with its keywords (Spark ships exceptions between processes).
+        return (_rebuild, (type(self), self.message, self.kafka_error, self.group_id))
+
+
+def _rebuild(
+    cls: type[FatalConsumerError], message: str, kafka_error: KafkaError | None, group_id: str | None
+) -> FatalConsumerError:
+    return cls(message, kafka_error=kafka_error, group_id=group_id)
 
 
 class GroupMaxSizeReachedError(FatalConsumerError):

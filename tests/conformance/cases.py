@@ -234,6 +234,11 @@ ctor(
     'K({**CONF, "max.poll.interval.ms": 1000.5})',
     'K({**CONF, "max.poll.interval.ms": None})',
     'K({**CONF, "enable.auto.offset.store": "bogus"})',
+    # Two bad settings: librdkafka's first complaint wins, whichever key SafeConsumer looks at.
+    'K({**CONF, "nope": 1, "enable.auto.offset.store": "bogus"})',
+    'K({**CONF, "enable.auto.offset.store": "bogus", "nope": 1})',
+    'K({**CONF, "max.poll.interval.ms": "abc", "enable.auto.offset.store": "bogus"})',
+    'K({**CONF, "enable.auto.offset.store": "", "enable.auto.commit": "bogus"})',
     'K({**CONF, "enable.auto.offset.store": "false"})',
     'K({**CONF, "enable.auto.offset.store": 0})',
     'K({**CONF, "enable.auto.offset.store": None})',

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from safeconsumer import SafeConsumer, delivery_stats
 
@@ -235,3 +235,44 @@ def test_upstream_still_crashes(case: Case | CtorCase) -> None:
     this fails and the case moves into the table."""
     result = run_isolated(case.id, Consumer)
     assert result.outcome.kind == "crash", f"upstream no longer crashes: {result!r}; move the case into the table"
+
+
+#: Each of SPEC's additions, called as an application would (keepalive() is entered).
+_ADDITION_CALLS: dict[str, Callable[[Any], object]] = {
+    "keepalive": lambda c: c.keepalive().__enter__(),
+    "owns": lambda c: c.owns(("t", 0)),
+    "pause_state": lambda c: c.pause_state(),
+    "pause_topics": lambda c: c.pause_topics(["t"]),
+    "paused": lambda c: c.paused(),
+    "process": lambda c: c.process(Message(topic="t", partition=0, offset=1)),
+    "resume_topics": lambda c: c.resume_topics(["t"]),
+}
+
+
+class _Uninitialised(SafeConsumer):
+    def __init__(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("state", ["closed", "uninit"])
+@pytest.mark.parametrize("name", sorted(_ADDITION_CALLS))
+def test_additions_on_a_stopped_consumer_raise_upstreams_closed_error(name: str, state: str) -> None:
+    """As upstream's own methods do after close() (and on a subclass that skipped __init__):
+    a RuntimeError whose message starts with upstream's "Consumer closed", naming the call."""
+    assert set(_ADDITION_CALLS) == set(ADDITIONS), "every addition has a call here"
+    if state == "closed":
+        consumer: SafeConsumer = SafeConsumer(base_config())
+        consumer.close()
+    else:
+        consumer = _Uninitialised()
+    with pytest.raises(RuntimeError) as raised:
+        _ADDITION_CALLS[name](consumer)
+    assert str(raised.value).startswith("Consumer closed") and f"{name}()" in str(raised.value), raised.value
+
+
+def test_delivery_stats_reads_final_counts_after_close_and_refuses_an_uninitialised_consumer() -> None:
+    consumer = SafeConsumer(base_config())
+    consumer.close()
+    assert delivery_stats(consumer).delivered == 0
+    with pytest.raises(RuntimeError, match=r"^Consumer closed .*delivery_stats\(\)"):
+        delivery_stats(_Uninitialised())

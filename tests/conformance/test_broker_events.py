@@ -578,3 +578,36 @@ def test_an_exception_from_stats_cb_reaches_poll_not_close(kafka: KafkaTestKit, 
     failed = ("raised", "ValueError", "stats_cb failed")
     assert failed in upstream.flat() and failed in safe.flat()
     assert upstream_closes == safe_closes == [[], [], []]
+
+
+def test_an_offsets_tool_commits_what_it_is_told(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """A consumer that never subscribed nor assigned (an offsets tool) commits explicit offsets for
+    its group, as upstream does (I7 refuses only a group member's commits of partitions it does not
+    own): the commit's result and what the group then holds are the same."""
+
+    def run(which: str) -> Log:
+        topic = kafka.create_topic(partitions=2)
+        kafka.produce(topic, 12, partitions=2)
+        group = kafka.name("g")
+        log = Log(topics={topic: "t"})
+        parts = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+
+        def offsets(result: list[TopicPartition] | None) -> Event:
+            return ("offsets", tuple((log.role(tp.topic), tp.partition, tp.offset, tp.error) for tp in result or []))
+
+        conf = kafka.consumer_conf(group, protocol, enable_auto_commit=False)
+        with consumer_of(which, conf) as tool:
+            told = [TopicPartition(topic, 0, 4), TopicPartition(topic, 1, 6)]
+            log.calls.append([offsets(tool.commit(offsets=told, asynchronous=False))])
+            log.calls.append([offsets(tool.committed(parts, timeout=10))])
+        # What the group holds, read by a plain client: the next owner starts there.
+        reader = Consumer(kafka.consumer_conf(group, protocol))
+        try:
+            log.calls.append([offsets(reader.committed(parts, timeout=10))])
+        finally:
+            reader.close()
+        return log
+
+    upstream, safe = both(run)
+    assert upstream.events() == safe.events()
+    assert upstream.events()[-1] == [("offsets", (("t", 0, 4, None), ("t", 1, 6, None)))], upstream.calls

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -49,3 +50,32 @@ def test_the_boundary_classifies_raised_errors_and_passes_others_through() -> No
     with pytest.raises(KafkaException):
         client.call(raising(KafkaError._WAIT_COORD))
     assert len(seen) == 1, "a retriable error is not fatal"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        KafkaError(81),
+        KafkaError(KafkaError.FENCED_INSTANCE_ID, "Commit failed: Broker: Static consumer fenced by other consumer"),
+        KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True),
+    ],
+    ids=["group-full", "fenced", "fatal"],
+)
+def test_a_fatal_error_is_caught_as_upstream_fatal_errors_are(error: KafkaError) -> None:
+    """``except KafkaException`` written for confluent_kafka catches it, with the KafkaError in args[0]
+    and upstream's text as the prefix of its own."""
+    fatal = classify(error, "g")
+    assert fatal is not None
+    with pytest.raises(KafkaException) as caught:
+        raise fatal
+    assert caught.value.args[0] is error and caught.value.args[0].code() == error.code()
+    assert str(caught.value).startswith(str(KafkaException(error)) + ": "), str(caught.value)
+    assert "the consumer" in str(caught.value) and "closed" in str(caught.value)
+    again = pickle.loads(pickle.dumps(fatal))
+    assert type(again) is type(fatal) and str(again) == str(fatal) and again.group_id == "g"
+    assert again.kafka_error is not None and again.kafka_error.code() == error.code()
+
+
+def test_a_fatal_error_without_a_kafka_error_reads_as_its_message() -> None:
+    fatal = FatalConsumerError("stopped", group_id="g")
+    assert str(fatal) == "stopped" and fatal.args == ("stopped",) and isinstance(fatal, KafkaException)
