@@ -36,7 +36,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from safeconsumer.spark import ConsumeTask, TaskFigures, run_consumer_tasks
+from safeconsumer.spark import ConsumeTask, SparkConsumerFatalError, TaskFigures, run_consumer_tasks
 from safeconsumer.testing import KafkaTestKit, start_broker
 
 
@@ -249,6 +249,31 @@ def run_pipeline(
     return run_consumer_tasks(spark, task, tasks=tasks)
 
 
+def run_into_a_full_group(spark: Any, out_dir: str) -> str:
+    """A job of two tasks on a broker whose groups hold one member: the second task to join is
+    refused (GROUP_MAX_SIZE_REACHED) and returns; the job then fails, no task retried into the broker."""
+    with start_broker(overrides={"group.max.size": "1", "group.consumer.max.size": "1"}) as full:
+        kit = KafkaTestKit(full.bootstrap_servers, prefix="spark-full")
+        try:
+            topic = kit.create_topic(partitions=2)
+            conf = {"bootstrap.servers": full.bootstrap_servers, "group.id": kit.name("g")}
+            task = ConsumeTask(conf, [topic], sink=FileSink(out_dir), until_end=False, max_seconds=12)
+            started = time.monotonic()
+            run_consumer_tasks(spark, task, tasks=2)
+        except SparkConsumerFatalError as exc:
+            figures = exc.figures or TaskFigures()
+            full_errors = sum("GroupMaxSizeReachedError" in f for f in figures.fatal)
+            if not full_errors or figures.tasks != 2:
+                return f"FAILED: {exc}"
+            return (
+                f"the job failed: {full_errors} task(s) stopped by GroupMaxSizeReachedError, "
+                f"{figures.tasks} tasks run once each (Spark retries none), in {time.monotonic() - started:.0f} s"
+            )
+        finally:
+            kit.close()
+    return "FAILED: the job did not fail"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="safeconsumer.spark on a Spark standalone cluster (or local[2])")
     parser.add_argument("--local", action="store_true", help="run on local[2] instead of a standalone cluster")
@@ -272,6 +297,7 @@ def _run(n: int, master: str | None) -> int:
         try:
             with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as elsewhere:
                 first = run_pipeline(spark, bootstrap, topic, group, out)
+                committed = kit.committed(group, topic, 4)
                 second = run_pipeline(spark, bootstrap, topic, group, out)
                 rows, jvms = processed(out), executors(out)
                 # Rebalances per run, with and without stable instance ids (static membership).
@@ -283,6 +309,7 @@ def _run(n: int, master: str | None) -> int:
                     if i:
                         kit.produce(topic, n, partitions=4, start=(i + 1) * n)
                     static_runs.append(run_pipeline(spark, bootstrap, topic, static_group, elsewhere, instance_ids=ids))
+                fatal = run_into_a_full_group(spark, elsewhere)
         finally:
             spark.stop()
             kit.close()
@@ -292,6 +319,8 @@ def _run(n: int, master: str | None) -> int:
         f"second run: {second.records} records",
         flush=True,
     )
+    print(f"committed after the first run: {dict(sorted(committed.items()))} (partition: next offset)", flush=True)
+    print(f"a job whose second task finds its group full (group.max.size=1): {fatal}", flush=True)
     dynamic = [max(r.generations, default=0) for r in (first, second, dynamic_next)]
     static = [max(r.generations, default=0) for r in static_runs]
     print(
@@ -306,6 +335,7 @@ def _run(n: int, master: str | None) -> int:
     ok = ok and (master is None or (bool(jvms) and 0 not in jvms))  # on a cluster: written by executors
     ok = ok and dynamic_next.records == n and [r.records for r in static_runs] == [2 * n, n, n]
     ok = ok and dynamic[2] > dynamic[0] and static[2] == static[1]
+    ok = ok and committed == {p: n // 4 for p in range(4)} and fatal.startswith("the job failed")
     print("spark pipeline: OK" if ok else "spark pipeline: FAILED", flush=True)
     return 0 if ok else 1
 

@@ -138,6 +138,7 @@ def launch_broker(
     try:
         process.start()
     except BrokerStartError:
+        process.stop()  # a container that was created but did not start is removed, not leaked
         raise
     except Exception as exc:
         process.stop()

@@ -47,6 +47,7 @@ NOT_SETTINGS = frozenset(
         "KAFKA_LOG4J_ROOT_LOGLEVEL",
         "KAFKA_LOG4J_LOGGERS",
         "KAFKA_DEBUG",
+        "KAFKA_VERSION",
     }
 )
 

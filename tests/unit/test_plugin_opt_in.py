@@ -52,6 +52,9 @@ def _fixtures_listed(out: str) -> set[str]:
 
 
 def test_no_entry_point_registers_the_plugin() -> None:
+    # The installed distribution itself: its entry points are the ones pytest would load.
+    dist = metadata.distribution("safeconsumer")
+    assert {ep.group for ep in dist.entry_points} == {"console_scripts"}, dist.entry_points
     points = metadata.entry_points(group="pytest11")
     ours = [ep for ep in points if ep.value.startswith("safeconsumer")]
     assert not ours, f"safeconsumer registers a pytest11 entry point: {ours}"
