@@ -93,8 +93,9 @@ class DeliveryGate:
         table = self._table
         key = (msg.topic(), msg.partition())
         if key in table.owned:
-            if key not in table.paused:
+            if key not in table.paused and not (table.maybe_releasable and table.owned[key].held):
                 return table.deliver_one(msg)
+            # Paused, or resumed with older records still withheld: it goes behind them.
             table.hold(key, msg)
         else:
             table.dropped_unowned(1)
@@ -141,6 +142,8 @@ class DeliveryGate:
     def _deliverable(self, msgs: list[Message], *, unchanged: bool) -> bool:
         """Whether every record of an error-free batch may go out now (C-level passes only)."""
         table = self._table
+        if table.maybe_releasable:
+            return False  # withheld records of a resumed partition go before its new ones
         if unchanged and not table.paused:
             return True
         partitions = set(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
@@ -149,6 +152,7 @@ class DeliveryGate:
     def _admit_each(self, msgs: list[Message]) -> list[Message]:
         table = self._table
         owned, paused = table.owned, table.paused
+        releasable = table.maybe_releasable
         out: list[Message] = []
         records: list[Message] = []
         unowned = 0
@@ -158,7 +162,7 @@ class DeliveryGate:
                 continue
             key = (msg.topic(), msg.partition())
             if key in owned:
-                if key not in paused:
+                if key not in paused and not (releasable and owned[key].held):
                     out.append(msg)
                     records.append(msg)
                 else:

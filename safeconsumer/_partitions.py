@@ -18,6 +18,7 @@ Glossary (the words the rest of the core uses):
 - **limbo**: under the eager protocol every partition is revoked at each rebalance; a revoked
   partition's state (withheld and read-ahead records, its seek target) waits here for the next
   assignment, and is restored if the partition comes back in that same rebalance, else purged.
+  Its error events (EOF) do not wait: librdkafka reports them again after the re-assignment.
 - **seek target**: an offset the application set explicitly (``seek()``, ``assign()`` at an
   offset); it is the partition's stored offset until a record past it is delivered.
 
@@ -200,7 +201,10 @@ class PartitionTable:
             return gone
         self.epoch += 1
         self.unlane()
-        taken = self._take_ahead(gone)
+        # Only records wait: an event of the partition (its EOF) is dropped, as librdkafka drops
+        # what it queued for a revoked partition; given back, the partition's next fetch
+        # reports its end again (a kept EOF would arrive twice).
+        taken = [m for m in self._take_ahead(gone) if m.error() is None]
         for key in gone:
             state = self.owned.pop(key)
             state.applied = False

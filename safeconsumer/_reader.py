@@ -77,14 +77,16 @@ class Reader:
         table, gate, client = self._table, self._gate, self._client
         now = _monotonic()
         self._come_back(now)
-        if table.maybe_releasable:
-            ready = gate.release(1)
-            if ready:
-                table.handed_out(ready[0])
-                return ready[0]
         ahead = table.ahead
         wait = timeout
         while True:
+            if table.maybe_releasable:
+                # Withheld records of a resumed partition go first (also when a callback run by
+                # the call below resumed it): what was read after them waits behind them.
+                ready = gate.release(1)
+                if ready:
+                    table.handed_out(ready[0])
+                    return ready[0]
             if ahead and now - self.last_call >= self.real_call_every:
                 epoch = table.epoch
                 batch, _ = self._read_ahead(READ_AHEAD)
@@ -110,7 +112,10 @@ class Reader:
                     self._ahead_epoch = -1
                     continue
                 if polled is None:
-                    return None
+                    if not table.maybe_releasable:
+                        return None
+                    wait = 0  # a callback it ran resumed withheld records: they are ready now
+                    continue
                 msg = polled
                 if msg.error() is None:
                     batch, errors = self._read_ahead(READ_AHEAD - 1)
@@ -128,7 +133,10 @@ class Reader:
                         self._ahead_epoch = epoch if unchanged else -1
                         msg = ahead.popleft()
                 trusted = table.epoch == epoch
-            out = gate.admit_trusted(msg) if trusted and not table.paused else gate.admit(msg)
+            if trusted and not table.paused and not table.maybe_releasable:
+                out = gate.admit_trusted(msg)
+            else:
+                out = gate.admit(msg)
             if out is not None:
                 table.handed_out(out)
                 if out is self._behind:
@@ -160,9 +168,10 @@ class Reader:
         epoch = table.epoch
         msgs, errors = self._client.consume(num_messages, timeout)
         self.last_call = _monotonic()
-        if table.ahead:
-            # A rebalance served by that call gave back records read before it (eager limbo):
-            # they go first, what the call returned queues behind them.
+        if table.ahead or table.maybe_releasable:
+            # A rebalance served by that call gave back records read before it (eager limbo), or
+            # one of its callbacks resumed a partition with withheld records: those go first,
+            # what the call returned queues behind them.
             table.ahead.extend(msgs)
             self._ahead_epoch = -1
             out = self._gate.release(num_messages)

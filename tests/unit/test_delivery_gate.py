@@ -96,6 +96,23 @@ def test_paused_records_are_withheld_then_released_first_in_order() -> None:
     assert (stats.withheld, stats.released, stats.held, stats.delivered) == (2, 2, 0, 3)
 
 
+def test_a_resumed_partitions_new_records_wait_behind_its_withheld_ones() -> None:
+    """Resumed (say by a rebalance callback inside librdkafka's call) before its withheld records
+    were released: a newer record of it, by any path, goes behind them, never ahead."""
+    store = _Store()
+    gate = _gate(store, {("a", 0), ("a", 1)})
+    gate.set_paused(frozenset({("a", 0)}))
+    assert gate.admit_batch([store.msg("a", 0, 3), store.msg("a", 0, 4)]) == []
+    gate.set_paused(frozenset())
+    assert gate.admit(store.msg("a", 0, 5)) is None, "record 5 went out ahead of 3 and 4"
+    assert gate.fill_lane([store.msg("a", 0, 6)], unchanged=True, errors=False) is None
+    out = gate.admit_batch([store.msg("a", 0, 6), store.msg("a", 1, 9)], unchanged=True, errors=False)
+    assert [(m.partition(), m.offset()) for m in out] == [(1, 9)], "a partition without withheld records goes on"
+    assert [m.offset() for m in gate.release(10)] == [3, 4, 5, 6]
+    assert not gate.has_releasable
+    assert [m.offset() for m in gate.admit_batch([store.msg("a", 0, 7)], unchanged=True, errors=False)] == [7]
+
+
 def test_withheld_records_of_a_leaving_partition_are_purged_not_stored() -> None:
     store = _Store()
     gate = _gate(store, {("a", 0)})

@@ -72,14 +72,24 @@ def test_a_partition_s_eof_event_leaves_with_it_and_is_not_counted_as_a_record()
     assert not table.ahead and table.purged["seek"] == 1
 
 
-def test_eager_limbo_restores_an_eof_event_behind_its_records() -> None:
+def test_eager_limbo_restores_the_records_and_drops_the_eof_event() -> None:
+    """librdkafka drops a revoked partition's queued EOF and reports the end again after the
+    re-assignment (at ``resume_at``): restoring ours as well would report it twice."""
     table = _table(A0)
     table.ahead.extend([_msg(A0, 3), _msg(A0, 4), _eof(A0, 5)])
     table.to_limbo([A0])
     assert not table.ahead, "nothing of a partition in limbo can be handed out"
     table.assigned([A0], replace=True)
-    assert [(m.error() is None, m.offset()) for m in table.ahead] == [(True, 3), (True, 4), (False, 5)]
+    assert [(m.error() is None, m.offset()) for m in table.ahead] == [(True, 3), (True, 4)]
     assert table.resume_at == {A0: 5}, "after the last record, not after the EOF event's offset"
+
+
+def test_eager_limbo_of_an_eof_event_alone_restores_nothing_to_deliver() -> None:
+    table = _table(A0)
+    table.ahead.extend([_eof(A0, 5)])
+    table.to_limbo([A0])
+    table.assigned([A0], replace=True)
+    assert not table.ahead and table.resume_at == {}, "assigned where the group says, as upstream is"
 
 
 def test_eager_limbo_purge_counts_records_only() -> None:
