@@ -33,8 +33,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def site() -> Iterator[tuple[str, list[str]]]:
-    out = Path(tempfile.mkdtemp(prefix="safeconsumer-site-"))
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[str]]]:
+    out = tmp_path_factory.mktemp("site")
     build = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
         cwd=ROOT,
@@ -54,7 +54,6 @@ def site() -> Iterator[tuple[str, list[str]]]:
     finally:
         server.shutdown()
         server.server_close()
-        shutil.rmtree(out, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +106,8 @@ def test_every_page_loads_with_its_pictures_and_no_console_error(site: tuple[str
         for src, _ in images:
             if src.endswith(".svg") and "/img/" in src:
                 pictures.add((page, src.rsplit("/", 1)[-1]))
-        assert not _errors(browser), f"{page}: console errors: {_errors(browser)}"
+        errors = _errors(browser)  # reading the log empties it: read it once
+        assert not errors, f"{page}: console errors: {errors}"
     # Each picture on the page that explains it.
     assert {
         ("pause-and-delivery", "pause-model.svg"),
@@ -144,4 +144,5 @@ def test_search_dark_mode_and_code_copy_work(site: tuple[str, list[str]], browse
             for a in d.find_elements(By.CSS_SELECTOR, ".md-search-result__link")
         )
     )
-    assert not _errors(browser), _errors(browser)
+    errors = _errors(browser)
+    assert not errors, errors
