@@ -103,6 +103,20 @@ class GroupView:
 
     state: str
     members: dict[str, Member]
+    #: The members that own partitions now (None: not told).
+    owning: frozenset[str] | None = None
+
+    def baseline(self, me: str | None) -> dict[str, Member]:
+        """The members to compare the next rebalance with.
+
+        Described while the broker is rebalancing again already (a peer that joined a moment
+        after this member is in the answer before this member's callback for it came), a
+        member that owns nothing yet is one still joining: it is left out, so that the next
+        rebalance names it. (One that owned nothing before is then named as joining too.)
+        """
+        if self.owning is None or self.state.upper() in ("STABLE", "EMPTY"):
+            return dict(self.members)
+        return {k: m for k, m in self.members.items() if k == me or k in self.owning}
 
 
 def admin_config(config: Mapping[str, Any], role: str = "health") -> dict[str, Any]:
@@ -167,7 +181,8 @@ class GroupDescriber:
         members = {
             m.member_id: Member(m.member_id, m.client_id, m.host, m.group_instance_id) for m in group.members or []
         }
-        return GroupView(enum_name(group.state), members)
+        owning = frozenset(m.member_id for m in group.members or [] if m.assignment and m.assignment.topic_partitions)
+        return GroupView(enum_name(group.state), members, owning)
 
 
 @dataclass
@@ -346,12 +361,13 @@ class RebalanceExplainer:
 
     def _learn_members(self) -> None:
         """The baseline after this member joined: one answer, taken at once (a peer joining a
-        moment later must not be in it), kept only if no rebalance began meanwhile."""
+        moment later must not be in it, nor one the broker is adding already), kept only if no
+        rebalance began meanwhile."""
         assert self._describer is not None
         view = self._describer.describe(timeout=DESCRIBE_TIMEOUT)
         with self._lock:
             if view is not None and not self._waiting:
-                self._known = view.members
+                self._known = view.baseline(self._me)
 
     def _settled(self) -> bool:
         """Wait until no callback came for ``settle`` seconds (one rebalance may run several).

@@ -200,6 +200,8 @@ def test_process_span_continues_the_upstream_trace(
         pass
     with pytest.raises(ValueError, match="boom"), c.process(msg):
         raise ValueError("boom")
+    with pytest.raises(TypeError, match="process"):
+        c.process("not a message")  # type: ignore[arg-type]
     c.close()
 
     process = otel.spans(f"process {topic}")
@@ -223,8 +225,6 @@ def test_process_span_continues_the_upstream_trace(
     assert handle.parent is not None and handle.parent.span_id == span.context.span_id
     failed = process[1]
     assert not failed.status.is_ok and any(e.name == "exception" for e in failed.events)
-    with pytest.raises(TypeError, match="process"):
-        c.process("not a message")  # type: ignore[arg-type]
     _assert_nothing_leaked(otel, all_logs)
 
 

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from safeconsumer import SafeConsumer
-from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
+from safeconsumer.testing import GroupSnapshot, KafkaTestKit, Protocol, wait_until
 
 from ..support import Received, pump
 from .test_observability import Otel
@@ -92,6 +92,49 @@ def test_join_peer_join_peer_leave_and_leave_are_explained(
     assert _counted(otel, "unknown") == 0, [(a, p.value) for a, p in otel.points("safeconsumer.rebalances")]
     causes = {a.get("safeconsumer.rebalance.cause") for a, _ in otel.points("safeconsumer.rebalances")}
     assert None not in causes, "a rebalance callback was counted without its cause"
+
+
+def test_a_joining_peer_is_described_owning_nothing_while_the_group_rebalances(
+    kafka: KafkaTestKit, protocol: Protocol
+) -> None:
+    """What the explainer's baseline builds on: from the moment a peer is in the broker's
+    answer until this member took part in the rebalance it started, the group is not STABLE
+    and the peer owns nothing (while this member keeps what it owned)."""
+    topic = kafka.create_topic(partitions=4)
+    group = kafka.name("g")
+    a = Consumer(kafka.consumer_conf(group, protocol))
+    a.subscribe([topic])
+    b = Consumer(kafka.consumer_conf(group, protocol))
+    try:
+        wait_until(lambda: len(a.assignment()) == 4, step=lambda: a.poll(0.1), timeout=45, what="A owning all")
+        a_id = a.memberid()
+        assert kafka.describe_group(group).state == "STABLE"
+        b.subscribe([topic])
+
+        def with_b() -> GroupSnapshot | None:
+            s = kafka.describe_group(group)
+            return s if len(s.members) == 2 else None
+
+        snapshot = wait_until(
+            with_b,
+            step=lambda: b.poll(0.1),  # A does not poll: it cannot take part in the rebalance yet
+            timeout=30,
+            what="B in the group's description",
+        )
+        assert snapshot is not None and snapshot.state != "STABLE", snapshot
+        owned = snapshot.assignment
+        assert a_id is not None and len(owned[a_id]) == 4, snapshot
+        (b_id,) = snapshot.member_ids - {a_id}
+        assert owned[b_id] == frozenset(), snapshot
+        wait_until(
+            lambda: kafka.describe_group(group).state == "STABLE" and len(b.assignment()) > 0,
+            step=lambda: (a.poll(0.05), b.poll(0.05)),
+            timeout=45,
+            what="the rebalance finished once A polled",
+        )
+    finally:
+        b.close()
+        a.close()
 
 
 def test_a_max_poll_eviction_is_explained(

@@ -124,6 +124,32 @@ def test_peers_that_joined_and_left_are_named_once_the_group_is_stable() -> None
     explainer.close()
 
 
+@pytest.mark.parametrize("state", ["PREPARING_REBALANCING", "UNKNOWN"])
+def test_a_peer_the_broker_was_adding_when_this_member_joined_is_named_as_joining(state: str) -> None:
+    """The members learnt at this member's join already hold a peer that joined a moment later
+    (this member's callback for it not come yet): the broker is rebalancing, and the peer owns
+    nothing yet. ``UNKNOWN`` is how the admin API names a consumer-protocol group reconciling."""
+    learnt = _view(state, "me", "b", "c")
+    learnt = GroupView(learnt.state, learnt.members, owning=frozenset({"me", "b"}))
+    group = Group(learnt, _view("STABLE", "me", "b", "c"))
+    explainer, telemetry = _explainer(group)
+    _joined(explainer)
+    assert explainer._known is not None and set(explainer._known) == {"me", "b"}
+    explainer.callback("revoked", None)
+    wait_until(lambda: bool(telemetry.explained), timeout=5, what="the rebalance explained")
+    assert telemetry.explained == [("peer_joined", ["joined member c (client.id client-c, host /10.0.0.1)"])]
+    explainer.close()
+
+
+def test_members_learnt_in_a_stable_group_are_kept_whatever_they_own() -> None:
+    learnt = _view("STABLE", "me", "b", "idle")
+    learnt = GroupView(learnt.state, learnt.members, owning=frozenset({"me", "b"}))
+    explainer, _ = _explainer(Group(learnt))
+    _joined(explainer)
+    assert explainer._known is not None and set(explainer._known) == {"me", "b", "idle"}
+    explainer.close()
+
+
 def test_an_assignment_after_an_explained_revocation_completes_that_rebalance() -> None:
     """Eager's second half, or cooperative's second round, arriving after the first was explained:
     the group is described again, and with the same members it is the same rebalance."""
