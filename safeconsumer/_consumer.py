@@ -888,12 +888,17 @@ class SafeConsumer(Consumer):
     def _upstream_rejects(self, method: Callable[..., Any], message: object, offsets: object, **kwargs: Any) -> Any:
         """Input upstream answers itself (both or neither argument, a wrong type, an error event, a
         record without a partition or offset): its own checks raise its own errors, as they would
-        have, before anything is committed or stored. A message without a topic is refused here:
-        upstream crashes on it."""
-        crashes = method is Consumer.store_offsets or kwargs.get("asynchronous", True)
-        if crashes and isinstance(message, Message) and message.error() is None and message.topic() is None:
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "the message has no topic: not a record"))
+        have, before anything is committed or stored. A message without a topic is answered here:
+        upstream crashes on it (an asynchronous commit; a store while partitions are assigned), or
+        (a store with nothing assigned) finds no partition to store it for."""
         with self._lock:
+            if isinstance(message, Message) and message.error() is None and message.topic() is None:
+                if method is Consumer.store_offsets and not self._client.call(Consumer.assignment):
+                    raise KafkaException(
+                        KafkaError(KafkaError._UNKNOWN_PARTITION, "StoreOffsets failed: Local: Unknown partition")
+                    )
+                if method is Consumer.store_offsets or kwargs.get("asynchronous", True):
+                    raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "the message has no topic: not a record"))
             return self._client.call(method, **_given(message=message, offsets=offsets), **kwargs)
 
     def _committable(
