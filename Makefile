@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-container kafka-image browser docs lint typecheck check bench soak clean
+.PHONY: demo test test-container docker-engine kafka-image browser docs lint typecheck check bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,15 +35,23 @@ browser:
 		else echo "tests/docs needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver" >&2; fi; \
 	fi
 
-## make kafka-image: build a Kafka image without a registry (Debian packages + the resolved jars)
-KAFKA_IMAGE ?= safeconsumer/kafka:4.3.1-local
-kafka-image: $(STAMP)
+## make docker-engine: a Docker engine that answers (as root on Debian: installs docker.io and
+## debootstrap where missing and starts dockerd; otherwise says what to do)
+docker-engine:
+	bash docker/engine.sh
+
+## make kafka-image: build a Kafka image without a registry (Debian packages + the resolved jars);
+## an image already built from the same inputs is kept
+KAFKA_VERSION := $(shell sed -n 's/^KAFKA_VERSION = "\(.*\)"$$/\1/p' safeconsumer/testing/_local.py)
+LOCAL_IMAGE := safeconsumer/kafka:$(KAFKA_VERSION)-local
+KAFKA_IMAGE ?= $(LOCAL_IMAGE)
+kafka-image: $(STAMP) docker-engine
 	PYTHON=$(PY) bash docker/kafka-local/build.sh $(KAFKA_IMAGE)
 
 ## make test-container: the broker-backed suites through the container path, on a Docker engine.
-## KAFKA_IMAGE=apache/kafka:4.3.1 uses Apache's image where a registry is reachable (no build then).
-test-container: $(STAMP)
-	@if [ "$(KAFKA_IMAGE)" = "safeconsumer/kafka:4.3.1-local" ]; then $(MAKE) kafka-image; fi
+## KAFKA_IMAGE=apache/kafka:<version> uses Apache's image where a registry is reachable (no build then).
+test-container: $(STAMP) docker-engine
+	@if [ "$(KAFKA_IMAGE)" = "$(LOCAL_IMAGE)" ]; then $(MAKE) kafka-image; fi
 	SAFECONSUMER_BROKER=container SAFECONSUMER_KAFKA_IMAGE=$(KAFKA_IMAGE) \
 	TESTCONTAINERS_RYUK_DISABLED=$${TESTCONTAINERS_RYUK_DISABLED:-true} \
 	$(PY) -m pytest tests/container tests/integration tests/conformance $(PYTEST_ARGS)

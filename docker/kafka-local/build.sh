@@ -15,6 +15,14 @@ cache=${SAFECONSUMER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/safeconsumer}
 base=$cache/rootfs-bookworm-jre17
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
+# An image built from the same inputs (entrypoint, configs, jars) is kept as it is.
+inputs=$( (cat "$here/run" "$here/default.properties" "$here/log4j2.properties"; cd "$libs" && ls -l --time-style=+ ./*.jar) \
+    | sha256sum | cut -c1-16)
+if [ "$(docker image inspect --format '{{ index .Config.Labels "safeconsumer.inputs" }}' "$tag" 2>/dev/null)" = "$inputs" ]; then
+    echo "$tag"
+    exit 0
+fi
+
 if [ ! -e "$base/.complete" ]; then
     rm -rf "$base"
     debootstrap --variant=minbase --include=openjdk-17-jre-headless,bash bookworm "$base" "$mirror"
@@ -36,6 +44,6 @@ tar -C "$root" -cf - . | docker import \
     --change 'ENTRYPOINT ["/etc/kafka/docker/run"]' \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'EXPOSE 9092' \
-    --change "LABEL org.opencontainers.image.title=safeconsumer-kafka-local org.opencontainers.image.version=$version" \
+    --change "LABEL org.opencontainers.image.title=safeconsumer-kafka-local org.opencontainers.image.version=$version safeconsumer.inputs=$inputs" \
     - "$tag" > /dev/null
 echo "$tag"

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 from safeconsumer.testing import Broker, BrokerStartError, KafkaTestKit, launch_broker
 from safeconsumer.testing._container import ContainerBroker, container_image, docker_engine_available
 from safeconsumer.testing._local import LocalBroker
-from safeconsumer.testing._settings import BROKER_SETTINGS, apache_env, settings_from_env
+from safeconsumer.testing._settings import BROKER_SETTINGS
 
 
 def _broker_config(bootstrap: str) -> dict[str, str]:
@@ -44,15 +44,6 @@ def test_local_and_container_brokers_run_the_same_settings(
         local.stop()
     for key, value in {**BROKER_SETTINGS, **overrides}.items():
         assert on_container[key] == on_local[key] == value, (key, on_local[key], on_container[key])
-
-
-def test_the_environment_contract_round_trips() -> None:
-    settings = {"group.max.size": "2", "log.dirs": "/d", "a_b.c-d": "x", "listener.security.protocol.map": "A:B"}
-    env = apache_env(settings)
-    assert env["KAFKA_GROUP_MAX_SIZE"] == "2" and env["KAFKA_A__B_C___D"] == "x"
-    assert settings_from_env(env) == settings
-    with pytest.raises(ValueError, match="KAFKA_OPTS"):
-        apache_env({"opts": "1"})
 
 
 def test_a_container_broker_goes_down_and_comes_back(
