@@ -589,13 +589,15 @@ class SafeConsumer(Consumer):
     def _poll_unusual(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Message | None:
         if self._state is _State.CLOSED:
             return cast("Message | None", self._stopped(Consumer.poll, "poll", *args, **kwargs))
+        # SafeConsumer.poll, never self.poll: a subclass's override is not re-entered (upstream's
+        # poll() calls no Python method either).
         if not args and kwargs.keys() == {"timeout"}:
-            return self.poll(kwargs["timeout"])
+            return SafeConsumer.poll(self, kwargs["timeout"])
         timeout = args[0] if len(args) == 1 and not kwargs else None
         if timeout is None or not (hasattr(type(timeout), "__float__") or hasattr(type(timeout), "__index__")):
             Consumer.poll(self, *args, **kwargs)  # raises upstream's TypeError
             raise TypeError("poll() takes one number, timeout")  # pragma: no cover - upstream raised
-        return self.poll(float(timeout))
+        return SafeConsumer.poll(self, float(timeout))
 
     def consume(self, *args: Any, **kwargs: Any) -> list[Message]:
         """``consume(num_messages=1, timeout=-1)``: up to ``num_messages`` records and error events."""
@@ -1098,7 +1100,7 @@ class SafeConsumer(Consumer):
 
     @_upstream_arguments
     def __exit__(self, exc_type: object, exc_value: object, traceback: object, /) -> None:
-        self.close()
+        SafeConsumer.close(self)  # as upstream's: a subclass's close() override is not called
 
 
 def _poll_signature(self: SafeConsumer, timeout: float = -1) -> Message | None:

@@ -258,3 +258,17 @@ def test_consumed_counts_are_exact_on_the_one_topic_path_and_the_general_one() -
     one.assigned([("c", 300)], replace=True)
     one.count_delivered([_msg(("c", 300), i) for i in range(6)])
     assert one.consumed[("c", 300)] == 6
+
+
+def test_consumed_counts_stay_exact_when_a_batch_strays_from_the_one_topic_path() -> None:
+    """A record the cheap path cannot place (a partition number not owned, one of 256 or more)
+    sends its batch the exact way: nothing is miscounted or lost. (Records of another topic never
+    get here: only owned partitions' records are handed out, I2.)"""
+    from collections import Counter
+
+    table = _table(A0, A1)
+    table.consumed = Counter()
+    base = [_msg(A0, 1), _msg(A1, 1), _msg(A0, 2), _msg(A1, 2), _msg(A0, 3)]
+    table.count_delivered([*base, _msg(("a", 5), 1)])
+    table.count_delivered([*base, _msg(("a", 999), 1)])
+    assert table.consumed == Counter({A0: 6, A1: 4, ("a", 5): 1, ("a", 999): 1})
