@@ -1063,10 +1063,21 @@ class SafeConsumer(Consumer):
         """Leave the group and release the client. Calling it again does nothing. Any thread may call it."""
         if self._state is not _State.OPEN:
             return
-        # The keeper polls under the lock: stop (and join) it before taking the lock. The
-        # rebalance explainer stops too: close()'s own revocations are explained in place.
-        self._keeper.stop()
-        self._explainer.close()
+        # Both threads are marked stopped before the lock is taken (the keeper polls under it and
+        # checks the mark there: it never touches the client again), but are neither woken nor
+        # joined until librdkafka closed: the time from the application's last call to
+        # librdkafka's close stays close to upstream's, so a callback event (stats_cb, say) due
+        # just then is served where upstream serves it. close()'s own revocations are explained
+        # in place.
+        self._keeper.stop(join=False, wake=False)
+        self._explainer.stop(wake=False)
+        try:
+            self._close_client()
+        finally:
+            self._keeper.stop()
+            self._explainer.close()
+
+    def _close_client(self) -> None:
         with self._lock:
             if self._state is not _State.OPEN:
                 return

@@ -282,14 +282,21 @@ class RebalanceExplainer:
         """The member stopped for good (group full, fenced as a static member)."""
         self._report(cause, [])
 
+    def stop(self, *, wake: bool = True) -> None:
+        """Explain nothing more in the background (a callback from now on is explained in place);
+        returns at once. ``wake=False``: the thread is not woken now. :meth:`close` ends it."""
+        with self._lock:
+            self._stopped = True
+            if wake:
+                self._wake.notify_all()
+
     def close(self, *, wait: bool = True) -> None:
         """Stop the background thread (what it had not explained is counted as ``unknown``).
 
         ``wait``: join it; at most one describe call is in flight (``DESCRIBE_TIMEOUT``).
         """
+        self.stop()
         with self._lock:
-            self._stopped = True
-            self._wake.notify_all()
             thread = self._thread
         if wait and thread is not None and thread is not threading.current_thread():
             thread.join(timeout=DESCRIBE_TIMEOUT + 2)

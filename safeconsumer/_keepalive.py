@@ -151,14 +151,17 @@ class Keeper:
         with self._cond:
             self._cond.notify_all()
 
-    def stop(self, *, join: bool = True) -> None:
+    def stop(self, *, join: bool = True, wake: bool = True) -> None:
         """Stop the keeper thread; safe from any thread, including the keeper itself.
 
         Pass ``join=False`` while holding the client lock: the keeper may be waiting for it.
+        ``wake=False, join=False``: only mark it stopped (it polls no more, and ends when it
+        next wakes), without handing it the interpreter now; a later ``stop()`` ends it.
         """
         with self._cond:
             self._stop = True
-            self._cond.notify_all()
+            if wake:
+                self._cond.notify_all()
         thread = self._thread
         if join and thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
