@@ -195,3 +195,51 @@ def test_commit(
 def test_store_offsets(message: str, offsets: str, keyword: bool, setup: str | None, conf: str | None) -> None:
     code = call("store_offsets", ("message", "offsets"), (message, offsets), keyword=keyword)
     differential("store_offsets", code, setup=setup, conf=conf)
+
+
+# -- the other partition-taking methods, on open, closed and uninitialised consumers -----------
+
+#: Zero (answer at once) or a value upstream refuses; never "wait": there is no broker.
+QUICK_TIMEOUTS = st.sampled_from([ABSENT, "0", "0.0", "False", '"0"', "None", "[0]"])
+TOPIC_LISTS = st.one_of(
+    st.lists(st.sampled_from(['"t"', '"^t.*"', '""', "None", "0", 'b"t"', '"^("']), max_size=3).map(
+        lambda members: f"[{', '.join(members)}]"
+    ),
+    st.sampled_from(['"t"', "None", '("t",)', "{}"]),
+)
+
+
+@st.composite
+def other_calls(draw: st.DrawFn) -> tuple[str, str]:
+    """(method, call) for a method the tests above do not draw, with odd arguments."""
+    method = draw(
+        st.sampled_from(
+            ["seek", "position", "committed", "get_watermark_offsets", "offsets_for_times", "subscribe", "unassign"]
+        )
+    )
+    keyword = draw(st.booleans())
+    if method == "seek":
+        return method, call("seek", ("partition",), (draw(st.one_of(TOPIC_PARTITIONS, ODD_MEMBERS)),), keyword=keyword)
+    if method == "position":
+        return method, call("position", ("partitions",), (draw(partition_lists()),), keyword=keyword)
+    if method == "unassign":
+        return method, draw(st.sampled_from(["c.unassign()", "c.unassign(None)", "c.unassign([])", "c.unassign(1)"]))
+    if method == "subscribe":
+        return method, call("subscribe", ("topics",), (draw(TOPIC_LISTS),), keyword=keyword)
+    timeout = draw(QUICK_TIMEOUTS)
+    if method == "get_watermark_offsets":
+        # Only the cached answer is quick without a broker: a query waits out its timeout.
+        partition = draw(st.one_of(TOPIC_PARTITIONS, ODD_MEMBERS))
+        names, values = ("partition", "timeout", "cached"), (partition, timeout, "True")
+        return method, call(method, names, values, keyword=keyword)
+    # committed / offsets_for_times with an absent timeout wait for ever: always pass one.
+    assume(timeout != ABSENT)
+    return method, call(method, ("partitions", "timeout"), (draw(partition_lists()), timeout), keyword=keyword)
+
+
+@BOUNDED
+@given(drawn=other_calls(), state=st.sampled_from(["open", "open", "closed", "uninit"]))
+def test_other_methods_in_every_state(drawn: tuple[str, str], state: str) -> None:
+    method, code = drawn
+    case = make_case(method, code, setup="assigned" if state == "open" else None, state=state)  # type: ignore[arg-type]
+    compare(case.id, run_case(case, Consumer), run_case(case, SafeConsumer))
