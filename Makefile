@@ -13,9 +13,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## make demo: start the embedded broker and show SafeConsumer at work
+## make demo: start the embedded brokers (local jars, also where a Docker engine runs) and show
+## SafeConsumer at work
 demo: $(STAMP)
-	$(PY) -m examples.demo
+	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m examples.demo
 
 ## make test: lint, type-check, then every test against a real broker run from local jars
 ## (no Docker needed, even where an engine runs; the container path has its own target)
@@ -67,13 +68,13 @@ typecheck: $(STAMP)
 	$(PY) -m mypy
 
 bench: $(STAMP)
-	$(PY) -m benchmarks.throughput
+	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m benchmarks.throughput
 
 ## make soak: member processes started, killed and terminated at random, under every protocol
 ## (SOAK_SECONDS of chaos each, default 180); fails on any lost record or invariant violation
 SOAK_SECONDS ?= 180
 soak: $(STAMP)
-	$(PY) -m tests.soak.run --seconds $(SOAK_SECONDS)
+	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m tests.soak.run --seconds $(SOAK_SECONDS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
