@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from confluent_kafka import Message
+from confluent_kafka import Message, TopicPartition
 
 from safeconsumer import SafeConsumer
 from safeconsumer._partitions import PartitionTable
@@ -48,9 +48,8 @@ def _count_cost(batch: int, partitions: int, repeat: int) -> tuple[float, float]
     general = PartitionTable()
     general.assigned([*keys, ("other", 0)], replace=False)
     general.consumed = Counter()
-    return _median_us(lambda: one.count_delivered(msgs), repeat), _median_us(
-        lambda: general.count_delivered(msgs), repeat
-    )
+    one_topic = _median_us(lambda: one.count_delivered(msgs), repeat)
+    return one_topic, _median_us(lambda: general.count_delivered(msgs), repeat)
 
 
 def _collect_cost(partitions: int, repeat: int) -> float:
@@ -66,8 +65,6 @@ def _collect_cost(partitions: int, repeat: int) -> float:
         explain_rebalances=False,
     )
     try:
-        from confluent_kafka import TopicPartition
-
         consumer.assign([TopicPartition("t", p) for p in range(partitions)])
         reader.get_metrics_data()  # the first collection creates the counts
         return _median_us(reader.get_metrics_data, repeat)
