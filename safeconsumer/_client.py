@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from ._errors import FatalConsumerError, classify
 from ._pause import Key
+from ._requery import is_failed_offset_fetch
 
 logger = logging.getLogger("safeconsumer")
 
@@ -66,6 +67,8 @@ class RawClient:
         self._on_fatal = on_fatal
         #: Told the code of every error librdkafka reports (the rebalance explainer's evidence).
         self.on_error: Callable[[int], None] | None = None
+        #: Told of every error event saying librdkafka gave up fetching committed offsets.
+        self.on_failed_offset_fetch: Callable[[Message], None] | None = None
 
     # -- error translation -----------------------------------------------------------------
     def check_event(self, error: KafkaError) -> None:
@@ -102,7 +105,7 @@ class RawClient:
             for msg in batch:
                 err = msg.error()
                 if err is not None:
-                    self.check_event(err)
+                    self._error_event(msg, err)
         return batch, errors
 
     def poll(self, timeout: float) -> Message | None:
@@ -113,8 +116,13 @@ class RawClient:
         if msg is not None:
             err = msg.error()
             if err is not None:
-                self.check_event(err)
+                self._error_event(msg, err)
         return msg
+
+    def _error_event(self, msg: Message, err: KafkaError) -> None:
+        self.check_event(err)
+        if self.on_failed_offset_fetch is not None and is_failed_offset_fetch(err):
+            self.on_failed_offset_fetch(msg)
 
     # -- flags and positions -----------------------------------------------------------------
     def pause(self, keys: Iterable[Key]) -> None:

@@ -414,6 +414,7 @@ class SafeConsumer(Consumer):
             protocol=protocol,
             explainer=self._explainer,
         )
+        self._client.on_failed_offset_fetch = self._rebalancer.failed_offset_fetch
         self._reader = Reader(
             self._client, self._table, self._gate, self._rebalancer, real_call_every=min(1.0, max_poll_s / 10)
         )

@@ -66,8 +66,12 @@ class Reader:
     def _come_back(self, now: float) -> None:
         table = self._table
         table.came_back()
-        if self._rebalancer.pending:
+        rebalancer = self._rebalancer
+        if rebalancer.pending:
             self._run_due()
+        due = rebalancer.requery.due
+        if due and now >= due:
+            rebalancer.requery_due()
         gate = self._gate
         if table.dirty and now - gate.last_flush >= gate.flush_interval:
             gate.flush()

@@ -27,16 +27,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, Message, TopicPartition
 
-from ._client import RawClient, group_generation
+from ._client import RawClient, group_generation, tps
 from ._delivery import DeliveryGate
 from ._health import RebalanceExplainer
 from ._partitions import LeaveReason, PartitionTable
 from ._pause import Key, PauseLedger
+from ._requery import Requery
 
 if TYPE_CHECKING:
     from ._consumer import SafeConsumer
@@ -45,6 +47,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("safeconsumer")
 
 RebalanceCallback = Callable[["SafeConsumer", list[TopicPartition]], object]
+
+
+def _from_committed(tp: TopicPartition) -> bool:
+    """Whether an assigned partition starts from its group's committed offset (fetched first)."""
+    return tp.offset in (OFFSET_INVALID, OFFSET_STORED)
 
 
 def _keys(partitions: Iterable[TopicPartition]) -> list[Key]:
@@ -99,6 +106,10 @@ class Rebalancer:
         self.pending: list[tuple[RebalanceCallback, list[TopicPartition]]] = []
         #: Finds and reports each rebalance's cause.
         self._explainer = explainer
+        #: Partitions the application assigned to start from their committed offset (librdkafka
+        #: fetches it first), and those whose fetch librdkafka gave up (see _requery).
+        self._from_committed: set[Key] = set()
+        self.requery = Requery()
         #: Told how many partitions are owned after every assignment change (fetch memory).
         self.owned_changed: Callable[[int], object] = lambda _n: None
 
@@ -254,6 +265,8 @@ class Rebalancer:
         if gone:
             self._left(gone, "unassigned")
         self._client.assign(applied)
+        self._from_committed = {k for k, tp in zip(keys, applied, strict=True) if _from_committed(tp)}
+        self.requery.forget(gone)
         self._ledger.unmark_partitions(table.assigned(keys, replace=True))
         self.sync(fresh=keys)
         self._owned_changed()
@@ -263,6 +276,11 @@ class Rebalancer:
         if self._in_assign:
             self._assign_called = True
         self._client.incremental_assign(partitions)
+        for key, tp in zip(keys, partitions, strict=True):
+            if _from_committed(tp):
+                self._from_committed.add(key)
+            else:
+                self._from_committed.discard(key)
         self._ledger.unmark_partitions(self._table.assigned(keys, replace=False))
         self.sync(fresh=keys)
         self._owned_changed()
@@ -274,9 +292,60 @@ class Rebalancer:
         self._left(keys, "unassigned")
         if partitions is None:
             self._client.unassign()
+            self._from_committed.clear()
+            self.requery.forget(None)
         else:
             self._client.incremental_unassign(partitions)
+            self._from_committed.difference_update(keys)
+            self.requery.forget(keys)
         self._owned_changed()
+
+    # -- committed offsets librdkafka gave up fetching -------------------------------------------
+    def failed_offset_fetch(self, event: Message) -> None:
+        """An error event: librdkafka could not fetch committed offsets and will not try again."""
+        topic = event.topic()
+        keys = None if topic is None else [(topic, event.partition() or 0)]
+        if self.subscribed:
+            # The group's own assignment: only the next rebalance starts those partitions.
+            logger.warning(
+                "librdkafka could not fetch the committed offset of assigned partition(s) (%s) and will not "
+                "retry: they fetch nothing until the next rebalance (librdkafka #5586)",
+                event.error(),
+            )
+            return
+        delay = self.requery.failed(keys, time.monotonic())
+        logger.info(
+            "committed offset fetch failed (%s); assigning the partition(s) again in %.1fs", event.error(), delay
+        )
+
+    def requery_due(self) -> None:
+        """Give librdkafka the partitions whose committed-offset fetch it gave up, to fetch it again.
+
+        Only a partition that starts from its committed offset and has not handed out a record
+        since it was assigned (no position) is given again: nothing it read can repeat. Its
+        ownership, pause mark and gate state do not change; its pause flag is set again.
+        """
+        keys = self.requery.take()
+        table = self._table
+        wanted = self._from_committed if keys is None else self._from_committed.intersection(keys)
+        candidates = [k for k in wanted if k in table.owned]
+        if not candidates:
+            return
+        stuck = [(tp.topic, tp.partition) for tp in self._client.position(candidates) if tp.offset < 0]
+        if not stuck:
+            return
+        logger.warning(
+            "assigning %d partition(s) again: librdkafka gave up fetching their committed offset and would "
+            "never start them (librdkafka #5586): %s",
+            len(stuck),
+            ", ".join(f"{t}[{p}]" for t, p in sorted(stuck)),
+        )
+        parts = tps(stuck)
+        self._client.incremental_unassign(parts)
+        self._client.incremental_assign(parts)
+        paused = [k for k in stuck if table.owned[k].applied]
+        if paused:
+            self._client.pause(paused)
 
     def unsubscribed(self) -> None:
         """``unsubscribe()`` was called: the coming revocation of what is owned is final."""

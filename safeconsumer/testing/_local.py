@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._errors import BrokerStartError
-from ._settings import BROKER_SETTINGS, broker_settings, node_settings
+from ._settings import BROKER_SETTINGS, broker_node_settings, broker_settings, node_settings
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +177,10 @@ def _stop_all() -> None:
 
 
 class LocalBroker:
-    """One KRaft broker+controller process. Use through :func:`safeconsumer.testing.start_broker`."""
+    """One KRaft node process: broker and controller, or (``joins``) a second broker of a cluster.
+
+    Use through :func:`safeconsumer.testing.start_broker`.
+    """
 
     def __init__(
         self,
@@ -185,13 +188,25 @@ class LocalBroker:
         *,
         version: str = KAFKA_VERSION,
         startup_timeout: float = 120.0,
+        joins: LocalBroker | None = None,
+        node_id: int = 1,
     ) -> None:
+        """``joins``: run a broker-only node ``node_id`` of that (started) broker's cluster, whose
+        controller stays the only one; without it, a single node that is broker and controller."""
+        if joins is not None and (joins.pid is None or node_id == 1):
+            raise ValueError("a joining node needs a started first node and a node_id other than 1")
         self.overrides = dict(overrides or {})
+        self.joins = joins
+        self.node_id = node_id
+        #: The KRaft cluster id, once formatted.
+        self.cluster_id: str = ""
+        #: The controller's port (the joined node's for a broker-only node).
+        self.controller_port = 0
         self.version = version
         self.startup_timeout = startup_timeout
         self.workdir = Path(tempfile.mkdtemp(prefix="safeconsumer-kafka-"))
         self.log_path = self.workdir / "broker.log"
-        self.port = 0
+        self.port: int = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -219,17 +234,26 @@ class LocalBroker:
 
     def _start_once(self, lib: Path) -> None:
         self.port = _free_port()
-        controller_port = _free_port()
         data = self.workdir / "data"
         shutil.rmtree(data, ignore_errors=True)
-        node = node_settings(
-            listen="127.0.0.1",
-            advertise="127.0.0.1",
-            port=self.port,
-            controller_port=controller_port,
-            log_dirs=str(data),
-            dynamic_quorum=True,
-        )
+        if self.joins is None:
+            self.controller_port = _free_port()
+            self.cluster_id = _cluster_id()
+            node = node_settings(
+                listen="127.0.0.1",
+                advertise="127.0.0.1",
+                port=self.port,
+                controller_port=self.controller_port,
+                log_dirs=str(data),
+                dynamic_quorum=True,
+            )
+            formatting = ["--standalone", "-t", self.cluster_id]
+        else:
+            self.controller_port, self.cluster_id = self.joins.controller_port, self.joins.cluster_id
+            node = broker_node_settings(
+                node_id=self.node_id, port=self.port, controller_port=self.controller_port, log_dirs=str(data)
+            )
+            formatting = ["-t", self.cluster_id]
         settings = broker_settings(node, self.overrides)
         props = self.workdir / "server.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
@@ -237,9 +261,8 @@ class LocalBroker:
         log4j.write_text(_LOG4J2.format(log=self.log_path))
         self.log_path.write_text("")
         java = self._java_command(lib)
-        cluster_id = _cluster_id()
         fmt = subprocess.run(
-            [*java, "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id, "-c", str(props)],
+            [*java, "kafka.tools.StorageTool", "format", *formatting, "-c", str(props)],
             capture_output=True,
             text=True,
             check=False,

@@ -80,6 +80,23 @@ def node_settings(
     }
 
 
+def broker_node_settings(*, node_id: int, port: int, controller_port: int, log_dirs: str) -> dict[str, str]:
+    """A broker-only node ``node_id`` on ``127.0.0.1:port`` that joins the cluster whose single
+    controller listens on ``127.0.0.1:controller_port`` (a second broker, for tests that move
+    partition leaders: the group coordinator moves with its offsets partition)."""
+    return {
+        "process.roles": "broker",
+        "node.id": str(node_id),
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "log.dirs": log_dirs,
+    }
+
+
 def broker_settings(node: Mapping[str, str], overrides: Mapping[str, str]) -> dict[str, str]:
     """The table, then the node's layout, then the overrides."""
     return {**BROKER_SETTINGS, **node, **{str(k): str(v) for k, v in overrides.items()}}

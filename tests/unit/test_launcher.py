@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from safeconsumer.testing._container import DEFAULT_IMAGE, ContainerBroker, container_image, env_for
-from safeconsumer.testing._local import KAFKA_VERSION, _cluster_id
-from safeconsumer.testing._settings import BROKER_SETTINGS, apache_env, settings_from_env
+from safeconsumer.testing._local import KAFKA_VERSION, LocalBroker, _cluster_id
+from safeconsumer.testing._settings import BROKER_SETTINGS, apache_env, broker_node_settings, settings_from_env
 
 
 def test_cluster_ids_never_look_like_options() -> None:
@@ -19,6 +19,20 @@ def test_cluster_ids_never_look_like_options() -> None:
     assert len(ids) == 2000
     assert not any(i.startswith("-") for i in ids)
     assert all(len(i) == 22 for i in ids)
+
+
+def test_a_second_broker_joins_the_first_nodes_controller_as_a_broker_only() -> None:
+    node = broker_node_settings(node_id=2, port=9093, controller_port=9999, log_dirs="/d")
+    assert node["process.roles"] == "broker" and node["node.id"] == "2"
+    assert node["controller.quorum.bootstrap.servers"] == "127.0.0.1:9999"
+    assert node["listeners"] == node["advertised.listeners"] == "PLAINTEXT://127.0.0.1:9093"
+    assert "controller.quorum.voters" not in node
+
+
+def test_a_joining_node_needs_a_running_first_node_and_its_own_id() -> None:
+    first = LocalBroker()
+    with pytest.raises(ValueError, match="started first node"):
+        LocalBroker(joins=first, node_id=2)
 
 
 def test_container_env_names_follow_the_image_convention() -> None:

@@ -1,0 +1,77 @@
+"""Partitions whose committed offset librdkafka gave up fetching: when to assign them again.
+
+An ``assign()``-ed partition without an explicit offset starts where its group committed:
+librdkafka first fetches that offset from the group coordinator. When the fetch fails as a
+whole (the coordinator moved or is still loading: a request-level ``NOT_COORDINATOR``), or
+for one partition, librdkafka reports an error event ("Failed to fetch committed offset...")
+and never asks again: the partition stays assigned and never fetches, silently
+(librdkafka #5586). Only removing it from the assignment and adding it back starts a new
+fetch of its committed offset.
+
+:class:`Requery` is the pure part: which partitions to give back to librdkafka and when,
+with a backoff while the coordinator keeps failing. The rebalancer does the assigning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaError
+
+from ._pause import Key
+
+#: The start of every error event librdkafka sends when it gives up fetching a committed offset.
+FAILED_OFFSET_FETCH = "Failed to fetch committed offset"
+
+#: First delay before the partitions are assigned again, and its ceiling while failures repeat.
+FIRST_DELAY = 0.1
+MAX_DELAY = 10.0
+#: A failure this long after the previous one starts the backoff over.
+FORGET_AFTER = 60.0
+
+
+def is_failed_offset_fetch(error: KafkaError) -> bool:
+    """Whether an error event says librdkafka gave up fetching committed offsets."""
+    return error.str().startswith(FAILED_OFFSET_FETCH)
+
+
+class Requery:
+    """Which partitions wait to be assigned again, and from when (``due``; 0: none waits).
+
+    ``keys`` None means every owned partition that started from its committed offset and
+    has not fetched yet: a failed request names no partition.
+    """
+
+    def __init__(self) -> None:
+        self.due = 0.0
+        self._keys: set[Key] | None = set()
+        self._failures = 0
+        self._last_failure = float("-inf")
+
+    def failed(self, keys: Iterable[Key] | None, now: float) -> float:
+        """librdkafka gave up on ``keys`` (None: a whole request). Returns the delay chosen."""
+        if now - self._last_failure > FORGET_AFTER:
+            self._failures = 0
+        self._last_failure = now
+        self._failures += 1
+        if keys is None or self._keys is None:
+            self._keys = None
+        else:
+            self._keys.update(keys)
+        delay: float = min(MAX_DELAY, FIRST_DELAY * 2.0 ** (self._failures - 1))
+        self.due = now + delay if not self.due else min(self.due, now + delay)
+        return delay
+
+    def take(self) -> set[Key] | None:
+        """The partitions to assign again now (None: all that wait for their offset); none wait after."""
+        keys, self._keys, self.due = self._keys, set(), 0.0
+        return keys
+
+    def forget(self, keys: Iterable[Key] | None) -> None:
+        """Partitions that left (None: all): nothing to assign again for them."""
+        if keys is None:
+            self._keys, self.due = set(), 0.0
+        elif self._keys:
+            self._keys.difference_update(keys)
+            if not self._keys:
+                self.due = 0.0

@@ -1,0 +1,210 @@
+"""The group coordinator moves: an assign()-ed partition still starts from its committed offset.
+
+A consumer that assign()s a partition without an offset starts where its group committed:
+librdkafka first fetches that offset from the coordinator it knows. When the coordinator has
+moved (its offsets partition has a new leader), the fetch fails as a whole with NOT_COORDINATOR;
+librdkafka reports an error event, finds the new coordinator, but never fetches the offset
+again: the partition stays assigned and never fetches (librdkafka #5586). The same happens on
+a broker that is still loading its offsets partition (a fresh or restarted broker).
+
+Shown here on a cluster of two brokers (one also the controller), where the leader of
+``__consumer_offsets``' single partition is moved at will: first what the raw client does
+(characterization), then that a SafeConsumer starts those partitions anyway, from their
+committed offsets, pause marks kept, under every protocol setting.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from safeconsumer import SafeConsumer
+from safeconsumer._requery import FAILED_OFFSET_FETCH
+from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
+from safeconsumer.testing._local import LocalBroker, _java, kafka_lib_dir
+
+from ..support import Received, checked_pump, keys, pump, pump_for
+
+#: Both brokers keep a replica of the offsets partition; leaders move only when told.
+CLUSTER_SETTINGS = {
+    "offsets.topic.replication.factor": "2",
+    "auto.leader.rebalance.enable": "false",
+}
+OFFSETS_TOPIC = "__consumer_offsets"
+MOVE_LEADER = Path(__file__).parent / "java" / "MoveLeader.java"
+#: What a broker logs once it no longer answers as the coordinator (its groups unloaded).
+UNLOADED = f"Finished unloading metadata for {OFFSETS_TOPIC}-0"
+RECORDS = 100
+DELIVERED = 5
+
+
+class Cluster:
+    """Two brokers; :meth:`move_coordinator` hands every group's coordinator to the other one."""
+
+    def __init__(self) -> None:
+        self.first = LocalBroker(CLUSTER_SETTINGS)
+        self.second: LocalBroker | None = None
+
+    def start(self) -> None:
+        self.first.start()
+        self.second = LocalBroker(CLUSTER_SETTINGS, joins=self.first, node_id=2)
+        self.second.start()
+        self.admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        wait_until(lambda: len(self.admin.list_topics(timeout=5).brokers) == 2, timeout=60, what="both brokers up")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        assert self.second is not None
+        return f"{self.first.bootstrap_servers},{self.second.bootstrap_servers}"
+
+    def stop(self) -> None:
+        if self.second is not None:
+            self.second.stop()
+        self.first.stop()
+
+    def coordinator(self) -> int | None:
+        """The broker leading the offsets partition (every group's coordinator), once both replicas are in sync."""
+        topics = self.admin.list_topics(OFFSETS_TOPIC, timeout=5).topics
+        meta = topics.get(OFFSETS_TOPIC)
+        if meta is None or meta.error is not None or 0 not in meta.partitions:
+            return None
+        partition = meta.partitions[0]
+        return int(partition.leader) if len(partition.isrs) == 2 and partition.leader >= 0 else None
+
+    def warm_up(self, kit: KafkaTestKit) -> None:
+        """Have the offsets partition created and both its replicas in sync (a first commit does it)."""
+        topic = kit.create_topic()
+        c = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": kit.name("warm")})
+        try:
+
+            def committed() -> bool:
+                try:
+                    c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+                except Exception:  # noqa: BLE001 - the coordinator is still coming up; try again
+                    return False
+                return True
+
+            wait_until(committed, timeout=60, what="a first commit (the offsets partition created)")
+        finally:
+            c.close()
+        wait_until(self.coordinator, timeout=60, what="both replicas of the offsets partition in sync")
+
+    def _unloads(self, broker_id: int) -> int:
+        broker = self.first if broker_id == 1 else self.second
+        assert broker is not None
+        return broker.log_path.read_text(errors="replace").count(UNLOADED)
+
+    def move_coordinator(self) -> int:
+        """Make the other broker lead the offsets partition; returns its id once the old one has
+        let go (it answers NOT_COORDINATOR from then on, and the client does not know yet)."""
+        before = wait_until(self.coordinator, timeout=30, what="the coordinator known") or 0
+        target = 2 if before == 1 else 1
+        unloads = self._unloads(before)
+        command = [_java(), "-cp", f"{kafka_lib_dir()}/*", str(MOVE_LEADER), self.bootstrap_servers]
+        moved = subprocess.run(
+            [*command, OFFSETS_TOPIC, "0", str(target)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert moved.returncode == 0, f"moving the coordinator failed:\n{moved.stdout}\n{moved.stderr[-3000:]}"
+        wait_until(lambda: self.coordinator() == target, timeout=30, what=f"broker {target} the coordinator")
+        wait_until(lambda: self._unloads(before) > unloads, timeout=30, what=f"broker {before} to unload its groups")
+        return target
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster()
+    try:
+        c.start()
+        kit = KafkaTestKit(c.bootstrap_servers, prefix="warm")
+        try:
+            c.warm_up(kit)
+        finally:
+            kit.close()
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def kit(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[KafkaTestKit]:
+    k = KafkaTestKit(cluster.bootstrap_servers, prefix=request.node.name.replace("[", "-").strip("]")[:50])
+    yield k
+    k.close()
+
+
+def _offsets(received: Received, topic: str) -> list[int]:
+    return [r[2] for r in received.records if r[0] == topic]
+
+
+def _failed_fetches(received: Received) -> list[KafkaError]:
+    return [e for e in received.errors if e.str().startswith(FAILED_OFFSET_FETCH)]
+
+
+def test_raw_assigned_partition_never_fetches_after_its_committed_offset_fetch_fails(
+    cluster: Cluster, kit: KafkaTestKit
+) -> None:
+    """Characterization (librdkafka #5586): the fetch fails once, is never retried; only assigning again helps."""
+    topic, group = kit.create_topic(), kit.name("g")
+    kit.produce(topic, RECORDS, partitions=1)
+    c = Consumer(kit.consumer_conf(group, enable_auto_commit=False))
+    got = Received()
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        pump([(c, got)], lambda: len(got.records) >= DELIVERED, timeout=60, what="the first records")
+        c.commit(offsets=[TopicPartition(topic, 0, DELIVERED)], asynchronous=False)
+        cluster.move_coordinator()
+        c.unassign()
+        c.assign([TopicPartition(topic, 0)])
+        start = len(got.records)
+        pump([(c, got)], lambda: _failed_fetches(got), timeout=30, what="the failed committed-offset fetch")
+        assert _failed_fetches(got)[0].code() == KafkaError.NOT_COORDINATOR, got.errors
+        pump_for([(c, got)], 8.0)
+        assert len(got.records) == start, "librdkafka fetched the committed offset again (#5586 fixed?)"
+        assert len(_failed_fetches(got)) == 1, f"librdkafka retried the fetch: {got.errors}"
+        # The way out: remove the partition and add it back, which fetches the offset again.
+        c.incremental_unassign([TopicPartition(topic, 0)])
+        c.incremental_assign([TopicPartition(topic, 0)])
+        pump([(c, got)], lambda: RECORDS - 1 in _offsets(got, topic), timeout=60, what="the rest after assigning again")
+        assert _offsets(got, topic)[start:] == list(range(DELIVERED, RECORDS))
+    finally:
+        c.close()
+
+
+def test_a_partition_whose_committed_offset_fetch_failed_is_started_from_that_offset(
+    cluster: Cluster, kit: KafkaTestKit, protocol: Protocol
+) -> None:
+    """SafeConsumer assigns it again: read on from the committed offset; a paused one stays paused."""
+    topic, held, group = kit.create_topic(), kit.create_topic(), kit.name("g")
+    kit.produce(topic, RECORDS, partitions=1)
+    kit.produce(held, 20, partitions=1)
+    c = SafeConsumer(kit.consumer_conf(group, protocol, enable_auto_commit=False))
+    got = Received()
+    try:
+        c.assign([TopicPartition(topic, 0), TopicPartition(held, 0)])
+        c.pause([TopicPartition(held, 0)])
+        checked_pump([(c, got)], lambda: len(got.records) >= DELIVERED, timeout=60, what="the first records")
+        c.commit(offsets=[TopicPartition(topic, 0, DELIVERED), TopicPartition(held, 0, 3)], asynchronous=False)
+        cluster.move_coordinator()
+        c.unassign()
+        c.assign([TopicPartition(topic, 0), TopicPartition(held, 0)])
+        c.pause([TopicPartition(held, 0)])
+        start = len(got.records)
+        checked_pump([(c, got)], lambda: RECORDS - 1 in _offsets(got, topic), timeout=60, what="the rest of the topic")
+        assert _failed_fetches(got), f"the scenario needs a failed committed-offset fetch: {got.errors}"
+        assert _offsets(got, topic)[start:] == list(range(DELIVERED, RECORDS)), "not read on from the committed offset"
+        assert keys(c.paused()) == {(held, 0)} and c.pause_state().partitions == {(held, 0)}
+        assert not _offsets(got, held), "a record of a paused partition was delivered"
+        c.resume([TopicPartition(held, 0)])
+        checked_pump([(c, got)], lambda: 19 in _offsets(got, held), timeout=60, what="the paused one, resumed")
+        assert _offsets(got, held) == list(range(3, 20)), "the paused partition did not start from its committed offset"
+    finally:
+        c.close()
