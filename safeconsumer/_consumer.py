@@ -413,6 +413,9 @@ class SafeConsumer(Consumer):
             incremental=_is_incremental(config),
             protocol=protocol,
             explainer=self._explainer,
+            # Long enough for a partition that did start to hand over what it fetched (an empty
+            # fetch answers after fetch.wait.max.ms).
+            requery_delay=float(config.get("fetch.wait.max.ms", 500)) / 1000 + 0.5,
         )
         self._client.on_failed_offset_fetch = self._rebalancer.failed_offset_fetch
         self._reader = Reader(
@@ -538,6 +541,7 @@ class SafeConsumer(Consumer):
             rb.user_on_revoke = given.get("on_revoke")
             rb.user_on_lost = given.get("on_lost")
             rb.subscribed = True
+            rb.requery.forget(None)
             self._subscription = list(topics)
 
     @_upstream_arguments
@@ -997,6 +1001,7 @@ class SafeConsumer(Consumer):
             self._client.call(Consumer.seek, partition)
             # Withheld records of a rewound partition would be delivered out of order.
             self._table.seeked((partition.topic, partition.partition), partition.offset)
+            self._rebalancer.seeked((partition.topic, partition.partition))
 
     # -- metadata and pass-through -------------------------------------------------------
     @_upstream_arguments

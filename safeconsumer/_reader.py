@@ -106,7 +106,7 @@ class Reader:
                 # before it are served now, those queued behind it by the next call.
                 polled = client.poll(0)
                 if polled is None and wait and not ahead:
-                    polled = client.poll(wait)
+                    polled = self._wait_poll(wait)
                 now = self.last_call = _monotonic()
                 if ahead:
                     # A rebalance served by that call gave back records read before it (eager
@@ -170,7 +170,7 @@ class Reader:
                         self._run_due()
                 return out
         epoch = table.epoch
-        msgs, errors = self._client.consume(num_messages, timeout)
+        msgs, errors = self._wait_consume(num_messages, timeout)
         self.last_call = _monotonic()
         if table.ahead or table.maybe_releasable:
             # A rebalance served by that call gave back records read before it (eager limbo), or
@@ -190,6 +190,39 @@ class Reader:
         if out:
             table.handed_out(out)
         return out
+
+    def _step(self, deadline: float | None) -> float:
+        """How long the next librdkafka call may wait: until ``deadline`` (None: for ever), but no
+        longer than until a re-assignment of partitions librdkafka gave up on falls due (it runs
+        first if it is due). -1: for ever."""
+        requery, now = self._rebalancer.requery, _monotonic()
+        if requery.due and now >= requery.due:
+            self._rebalancer.requery_due()
+        step = -1.0 if deadline is None else max(0.0, deadline - now)
+        if requery.due:
+            until_due = max(0.0, requery.due - now)
+            step = until_due if step < 0 else min(step, until_due)
+        return step
+
+    def _wait_poll(self, wait: float) -> Message | None:
+        """``poll(wait)`` on librdkafka; a re-assignment falling due meanwhile runs on time."""
+        if not self._rebalancer.requery.due:
+            return self._client.poll(wait)
+        deadline = None if wait < 0 else _monotonic() + wait
+        while True:
+            msg = self._client.poll(self._step(deadline))
+            if msg is not None or (deadline is not None and _monotonic() >= deadline):
+                return msg
+
+    def _wait_consume(self, num_messages: int, timeout: float) -> tuple[list[Message], bool]:
+        """``consume(num_messages, timeout)`` on librdkafka; a re-assignment falling due meanwhile runs on time."""
+        if not self._rebalancer.requery.due:
+            return self._client.consume(num_messages, timeout)
+        deadline = None if timeout < 0 else _monotonic() + timeout
+        while True:
+            msgs, errors = self._client.consume(num_messages, self._step(deadline))
+            if msgs or (deadline is not None and _monotonic() >= deadline):
+                return msgs, errors
 
     def _consume_waiting(self, num_messages: int, now: float) -> list[Message]:
         """consume() while records wait in the table: they go first, new ones queue behind them.

@@ -31,10 +31,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaException, Message, TopicPartition
 
 from ._client import RawClient, group_generation, tps
 from ._delivery import DeliveryGate
+from ._errors import FatalConsumerError
 from ._health import RebalanceExplainer
 from ._partitions import LeaveReason, PartitionTable
 from ._pause import Key, PauseLedger
@@ -73,6 +74,7 @@ class Rebalancer:
         incremental: bool,
         protocol: str,
         explainer: RebalanceExplainer,
+        requery_delay: float = 0.0,
     ):
         self._consumer = consumer
         self._client = client
@@ -109,7 +111,7 @@ class Rebalancer:
         #: Partitions the application assigned to start from their committed offset (librdkafka
         #: fetches it first), and those whose fetch librdkafka gave up (see _requery).
         self._from_committed: set[Key] = set()
-        self.requery = Requery()
+        self.requery = Requery(requery_delay)
         #: Told how many partitions are owned after every assignment change (fetch memory).
         self.owned_changed: Callable[[int], object] = lambda _n: None
 
@@ -266,7 +268,7 @@ class Rebalancer:
             self._left(gone, "unassigned")
         self._client.assign(applied)
         self._from_committed = {k for k, tp in zip(keys, applied, strict=True) if _from_committed(tp)}
-        self.requery.forget(gone)
+        self.requery.forget(None)  # librdkafka fetches every committed offset of a new assignment anew
         self._ledger.unmark_partitions(table.assigned(keys, replace=True))
         self.sync(fresh=keys)
         self._owned_changed()
@@ -280,7 +282,7 @@ class Rebalancer:
             if _from_committed(tp):
                 self._from_committed.add(key)
             else:
-                self._from_committed.discard(key)
+                self.seeked(key)
         self._ledger.unmark_partitions(self._table.assigned(keys, replace=False))
         self.sync(fresh=keys)
         self._owned_changed()
@@ -303,8 +305,8 @@ class Rebalancer:
     # -- committed offsets librdkafka gave up fetching -------------------------------------------
     def failed_offset_fetch(self, event: Message) -> None:
         """An error event: librdkafka could not fetch committed offsets and will not try again."""
-        topic = event.topic()
-        keys = None if topic is None else [(topic, event.partition() or 0)]
+        topic, partition = event.topic(), event.partition()
+        keys = None if topic is None or partition is None else [(topic, partition)]
         if self.subscribed:
             # The group's own assignment: only the next rebalance starts those partitions.
             logger.warning(
@@ -314,36 +316,66 @@ class Rebalancer:
             )
             return
         delay = self.requery.failed(keys, time.monotonic())
-        logger.info(
-            "committed offset fetch failed (%s); assigning the partition(s) again in %.1fs", event.error(), delay
-        )
+        logger.info("committed offset fetch failed (%s); looking at the partition(s) in %.1fs", event.error(), delay)
+
+    def seeked(self, key: Key) -> None:
+        """The application gave a partition an explicit position: it no longer starts from its committed offset."""
+        self._from_committed.discard(key)
+        self.requery.forget([key])
 
     def requery_due(self) -> None:
         """Give librdkafka the partitions whose committed-offset fetch it gave up, to fetch it again.
 
-        Only a partition that starts from its committed offset and has not handed out a record
-        since it was assigned (no position) is given again: nothing it read can repeat. Its
-        ownership, pause mark and gate state do not change; its pause flag is set again.
+        A partition is given again only if the application assigned it to start from its
+        committed offset (no explicit offset, no seek since) and librdkafka has handed over no
+        record of it (no position), at least ``first_delay`` after the failure: by then one that
+        did start and has records would have handed them over (unless paused). It starts from
+        its committed offset again, so nothing it read repeats. Ownership, pause marks and the
+        gate's records do not change; librdkafka's pause flag is set again.
+
+        librdkafka's cached high watermark would tell a started partition from a stuck one, but
+        it survives unassign(): a partition assigned before shows its old value.
         """
-        keys = self.requery.take()
+        requery = self.requery
+        keys = requery.take()
+        if self.subscribed or self.closing:
+            return
         table = self._table
         wanted = self._from_committed if keys is None else self._from_committed.intersection(keys)
         candidates = [k for k in wanted if k in table.owned]
         if not candidates:
             return
+        # No position: librdkafka handed over no record of it. All such go together: librdkafka
+        # fetches no committed offset while any partition it gave up on is still assigned.
         stuck = [(tp.topic, tp.partition) for tp in self._client.position(candidates) if tp.offset < 0]
-        if not stuck:
+        if stuck:
+            self._assign_again(sorted(stuck))
+
+    def _assign_again(self, stuck: list[Key]) -> None:
+        names = ", ".join(f"{t}[{p}]" for t, p in stuck)
+        parts = tps(stuck)
+        try:
+            self._client.incremental_unassign(parts)
+        except FatalConsumerError:
+            raise
+        except KafkaException as exc:
+            # For instance a classic subscription with an eager assignor, then unsubscribe():
+            # librdkafka keeps refusing incremental calls. assign() would restart every partition.
+            logger.warning(
+                "partition(s) %s fetch nothing: librdkafka gave up fetching their committed offset (librdkafka "
+                "#5586) and refused to take them back (%s); assign() them again to start them",
+                names,
+                exc,
+            )
             return
         logger.warning(
-            "assigning %d partition(s) again: librdkafka gave up fetching their committed offset and would "
-            "never start them (librdkafka #5586): %s",
+            "assigned %d partition(s) again: librdkafka gave up fetching their committed offset and would never "
+            "have started them (librdkafka #5586): %s",
             len(stuck),
-            ", ".join(f"{t}[{p}]" for t, p in sorted(stuck)),
+            names,
         )
-        parts = tps(stuck)
-        self._client.incremental_unassign(parts)
         self._client.incremental_assign(parts)
-        paused = [k for k in stuck if table.owned[k].applied]
+        paused = [k for k in stuck if self._table.owned[k].applied]
         if paused:
             self._client.pause(paused)
 

@@ -23,9 +23,11 @@ from ._pause import Key
 #: The start of every error event librdkafka sends when it gives up fetching a committed offset.
 FAILED_OFFSET_FETCH = "Failed to fetch committed offset"
 
-#: First delay before the partitions are assigned again, and its ceiling while failures repeat.
+#: First delay before the partitions are assigned again (the least; see :class:`Requery`), and its
+#: ceiling while failures repeat (a lasting refusal, such as an authorization error, reports its
+#: error event again at this pace).
 FIRST_DELAY = 0.1
-MAX_DELAY = 10.0
+MAX_DELAY = 30.0
 #: A failure this long after the previous one starts the backoff over.
 FORGET_AFTER = 60.0
 
@@ -38,12 +40,16 @@ def is_failed_offset_fetch(error: KafkaError) -> bool:
 class Requery:
     """Which partitions wait to be assigned again, and from when (``due``; 0: none waits).
 
-    ``keys`` None means every owned partition that started from its committed offset and
-    has not fetched yet: a failed request names no partition.
+    ``keys`` None means every owned partition that starts from its committed offset and has
+    not fetched yet: a failed request names no partition.
+
+    ``first_delay`` lets partitions that did start show it first, by handing over a record
+    (an empty fetch answers after ``fetch.wait.max.ms``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, first_delay: float = FIRST_DELAY) -> None:
         self.due = 0.0
+        self.first_delay = max(FIRST_DELAY, first_delay)
         self._keys: set[Key] | None = set()
         self._failures = 0
         self._last_failure = float("-inf")
@@ -58,7 +64,7 @@ class Requery:
             self._keys = None
         else:
             self._keys.update(keys)
-        delay: float = min(MAX_DELAY, FIRST_DELAY * 2.0 ** (self._failures - 1))
+        delay: float = min(MAX_DELAY, self.first_delay * 2.0 ** (self._failures - 1))
         self.due = now + delay if not self.due else min(self.due, now + delay)
         return delay
 
@@ -68,10 +74,12 @@ class Requery:
         return keys
 
     def forget(self, keys: Iterable[Key] | None) -> None:
-        """Partitions that left (None: all): nothing to assign again for them."""
+        """Partitions that left or got an explicit position (None: all): nothing to do for them."""
         if keys is None:
             self._keys, self.due = set(), 0.0
-        elif self._keys:
-            self._keys.difference_update(keys)
+            return
+        gone = set(keys)
+        if self._keys:
+            self._keys -= gone
             if not self._keys:
                 self.due = 0.0

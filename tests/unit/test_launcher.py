@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,8 +32,11 @@ def test_a_second_broker_joins_the_first_nodes_controller_as_a_broker_only() -> 
 
 def test_a_joining_node_needs_a_running_first_node_and_its_own_id() -> None:
     first = LocalBroker()
-    with pytest.raises(ValueError, match="started first node"):
-        LocalBroker(joins=first, node_id=2)
+    try:
+        with pytest.raises(ValueError, match="started first node"):
+            LocalBroker(joins=first, node_id=2)
+    finally:
+        shutil.rmtree(first.workdir)
 
 
 def test_container_env_names_follow_the_image_convention() -> None:

@@ -48,6 +48,11 @@ def test_a_later_failure_never_postpones_what_is_already_due() -> None:
     assert r.take() == {("t", 0), ("t", 1)}
 
 
+def test_the_first_delay_waits_for_a_fetch_response_but_never_less_than_the_least() -> None:
+    assert Requery(1.0).failed([("t", 0)], now=0.0) == 1.0
+    assert Requery(0.0).failed([("t", 0)], now=0.0) == FIRST_DELAY
+
+
 def test_partitions_that_leave_are_forgotten() -> None:
     r = Requery()
     r.failed([("t", 0), ("t", 1)], now=0.0)
