@@ -18,7 +18,8 @@ then, before anything new is handed out.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from confluent_kafka import Message
 
@@ -28,6 +29,8 @@ from ._partitions import PartitionTable
 
 if TYPE_CHECKING:
     from ._rebalance import Rebalancer
+
+_T = TypeVar("_T")
 
 #: How many records one poll() reads from librdkafka at most; the rest wait in the table.
 READ_AHEAD = 64
@@ -69,9 +72,7 @@ class Reader:
         rebalancer = self._rebalancer
         if rebalancer.pending:
             self._run_due()
-        due = rebalancer.requery.due
-        if due and now >= due:
-            rebalancer.requery_due()
+        self._requery_if_due(now)
         gate = self._gate
         if table.dirty and now - gate.last_flush >= gate.flush_interval:
             gate.flush()
@@ -106,7 +107,7 @@ class Reader:
                 # before it are served now, those queued behind it by the next call.
                 polled = client.poll(0)
                 if polled is None and wait and not ahead:
-                    polled = self._wait_poll(wait)
+                    polled = self._until_due(client.poll, wait)
                 now = self.last_call = _monotonic()
                 if ahead:
                     # A rebalance served by that call gave back records read before it (eager
@@ -170,7 +171,9 @@ class Reader:
                         self._run_due()
                 return out
         epoch = table.epoch
-        msgs, errors = self._wait_consume(num_messages, timeout)
+        msgs, errors = self._until_due(
+            lambda t: self._client.consume(num_messages, t), timeout, lambda result: result[0]
+        )
         self.last_call = _monotonic()
         if table.ahead or table.maybe_releasable:
             # A rebalance served by that call gave back records read before it (eager limbo), or
@@ -191,38 +194,29 @@ class Reader:
             table.handed_out(out)
         return out
 
-    def _step(self, deadline: float | None) -> float:
-        """How long the next librdkafka call may wait: until ``deadline`` (None: for ever), but no
-        longer than until a re-assignment of partitions librdkafka gave up on falls due (it runs
-        first if it is due). -1: for ever."""
-        requery, now = self._rebalancer.requery, _monotonic()
-        if requery.due and now >= requery.due:
+    def _requery_if_due(self, now: float) -> None:
+        due = self._rebalancer.requery.due
+        if due and now >= due:
             self._rebalancer.requery_due()
-        step = -1.0 if deadline is None else max(0.0, deadline - now)
-        if requery.due:
-            until_due = max(0.0, requery.due - now)
-            step = until_due if step < 0 else min(step, until_due)
-        return step
 
-    def _wait_poll(self, wait: float) -> Message | None:
-        """``poll(wait)`` on librdkafka; a re-assignment falling due meanwhile runs on time."""
-        if not self._rebalancer.requery.due:
-            return self._client.poll(wait)
-        deadline = None if wait < 0 else _monotonic() + wait
-        while True:
-            msg = self._client.poll(self._step(deadline))
-            if msg is not None or (deadline is not None and _monotonic() >= deadline):
-                return msg
-
-    def _wait_consume(self, num_messages: int, timeout: float) -> tuple[list[Message], bool]:
-        """``consume(num_messages, timeout)`` on librdkafka; a re-assignment falling due meanwhile runs on time."""
-        if not self._rebalancer.requery.due:
-            return self._client.consume(num_messages, timeout)
+    def _until_due(self, call: Callable[[float], _T], timeout: float, got_some: Callable[[_T], object] = bool) -> _T:
+        """``call(timeout)`` on librdkafka, cut short when a re-assignment of partitions it gave up
+        on (see _requery) falls due meanwhile: that runs, then the call goes on for the rest of
+        ``timeout`` (< 0: for ever) until ``got_some`` of what it returns."""
+        requery = self._rebalancer.requery
+        if not requery.due:
+            return call(timeout)
         deadline = None if timeout < 0 else _monotonic() + timeout
         while True:
-            msgs, errors = self._client.consume(num_messages, self._step(deadline))
-            if msgs or (deadline is not None and _monotonic() >= deadline):
-                return msgs, errors
+            now = _monotonic()
+            self._requery_if_due(now)
+            step = -1.0 if deadline is None else max(0.0, deadline - now)
+            if requery.due:
+                until_due = max(0.0, requery.due - now)
+                step = until_due if step < 0 else min(step, until_due)
+            got = call(step)
+            if got_some(got) or (deadline is not None and _monotonic() >= deadline):
+                return got
 
     def _consume_waiting(self, num_messages: int, now: float) -> list[Message]:
         """consume() while records wait in the table: they go first, new ones queue behind them.
