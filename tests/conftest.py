@@ -14,6 +14,18 @@ from .support import FULL_GROUP_LIMITS
 # (SAFECONSUMER_BROKER=container); a plain ``pytest`` collects what ``make test`` runs.
 collect_ignore = [] if os.environ.get("SAFECONSUMER_BROKER") == "container" else ["container"]
 
+#: Fixtures that start or reach a real broker: a test using one is marked ``kafka``, so the
+#: fast tier (``make check``) can leave it out with ``-m "not kafka"``.
+BROKER_FIXTURES = frozenset(
+    {"kafka", "kafka_broker", "kafka_bootstrap", "kafka_broker_factory", "_kafka_pool", "full_group_kafka"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.kafka)
+
 
 @pytest.fixture(params=PROTOCOLS)
 def protocol(request: pytest.FixtureRequest) -> Protocol:
