@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-container docker-engine kafka-image browser docs lint typecheck check bench soak clean
+.PHONY: demo check test test-container docker-engine kafka-image browser docs lint typecheck bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,14 +18,28 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m examples.demo
 
-## make test: lint, type-check, then every test against a real broker run from local jars
-## (no Docker needed, even where an engine runs; the container path has its own target)
+## make check: the inner loop, in about two minutes: lint, types, the unit tests and the broker-less
+## conformance suite (no broker, no browser)
+check: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(PY) -m pytest tests/unit tests/conformance -m "not kafka" -n 2 -q $(PYTEST_ARGS)
+
+## make test: lint, type-check, then every test against real brokers run from local jars (no Docker
+## needed, even where an engine runs; the container path has its own target). The tests run in
+## TEST_WORKERS processes, each with its own brokers; those marked serial (timing-sensitive
+## stimuli, CPU-heavy jobs) then run alone. Both phases always run; either failing fails the target.
+TEST_WORKERS ?= 4
 test: $(STAMP) browser
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
-	SAFECONSUMER_BROKER=local $(PY) -m pytest --ignore=tests/container
+	status=0; \
+	SAFECONSUMER_BROKER=local $(PY) -m pytest --ignore=tests/container -m "not serial" \
+		-n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || status=$$?; \
+	SAFECONSUMER_BROKER=local $(PY) -m pytest --ignore=tests/container -m serial $(PYTEST_ARGS) || status=$$?; \
+	exit $$status
 
 ## make browser: Debian's chromium and chromedriver, for the docs site's headless check (tests/docs)
 browser:
