@@ -44,13 +44,14 @@ from ._delivery import DeliveryGate, DeliveryStats, next_offset
 from ._errors import (
     EXIT_FATAL,
     EXIT_GROUP_MAX_SIZE,
-    ConsumerClosedError,
     FatalConsumerError,
     GroupMaxSizeReachedError,
     InvalidPauseRequest,
     PauseStateError,
     SafeConsumerError,
+    consumer_closed,
     error_type,
+    with_note,
 )
 from ._health import FENCED_CODES, GroupDescriber, RebalanceExplainer
 from ._keepalive import KeepaliveMode, Keeper
@@ -442,12 +443,14 @@ class SafeConsumer(Consumer):
     # -- state ---------------------------------------------------------------------------
     def _closed(self, method: str) -> SafeConsumerError:
         """The error an addition (``pause_topics``, ``paused``, ...) raises on a stopped consumer:
-        the fatal error that stopped it, else upstream's "Consumer closed" with the method named."""
+        the fatal error that stopped it, else upstream's ``RuntimeError("Consumer closed")`` (a
+        :class:`ConsumerClosedError`), with a note naming the consumer and the method."""
         if self._fatal is not None:
             return self._fatal
-        return ConsumerClosedError(
-            f"Consumer closed (SafeConsumer for group {self._group_id!r} is closed: cannot call {method}())"
-        )
+        return consumer_closed(("Consumer closed",), self._closed_note(method))
+
+    def _closed_note(self, method: str) -> str:
+        return f"SafeConsumer for group {self._group_id!r} is closed: cannot call {method}()"
 
     def _raise_deferred(self) -> None:
         """An exception a callback of the application raised on the keepalive thread: it reaches
@@ -465,17 +468,15 @@ class SafeConsumer(Consumer):
 
         A fatal error that stopped it is raised again. Otherwise upstream's own method answers,
         so its argument checks, errors and messages are upstream's; its RuntimeError
-        ("Consumer closed") becomes a ConsumerClosedError (a RuntimeError) with that message
-        as prefix and the method named.
+        ("Consumer closed") becomes a ConsumerClosedError (a RuntimeError) with exactly its
+        ``args``, and a note naming the consumer and the method.
         """
         if self._fatal is not None:
             raise self._fatal
         try:
             return method(self, *args, **kwargs)
         except RuntimeError as exc:
-            raise ConsumerClosedError(
-                f"{exc} (SafeConsumer for group {self._group_id!r} is closed: cannot call {name}())"
-            ) from None
+            raise consumer_closed(exc.args, self._closed_note(name)) from None
 
     def _fail(self, fatal: FatalConsumerError, err: KafkaError) -> NoReturn:
         """Stop at once: no more joins or heartbeats, close, remember, apply the exit policy, raise.
@@ -905,7 +906,10 @@ class SafeConsumer(Consumer):
                         KafkaError(KafkaError._UNKNOWN_PARTITION, "StoreOffsets failed: Local: Unknown partition")
                     )
                 if method is Consumer.store_offsets or kwargs.get("asynchronous", True):
-                    raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "the message has no topic: not a record"))
+                    failed = "StoreOffsets" if method is Consumer.store_offsets else "Commit"
+                    text = f"{failed} failed: Local: Invalid argument or configuration"
+                    error = KafkaError(KafkaError._INVALID_ARG, text)
+                    raise with_note(KafkaException(error), "the message has no topic: it is not a record")
             return self._client.call(method, **_given(message=message, offsets=offsets), **kwargs)
 
     def _committable(

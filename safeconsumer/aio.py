@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Message, TopicPartition
 
 from ._consumer import _TIMEOUT_TYPES, SafeConsumer, _monotonic
-from ._errors import ConsumerClosedError
+from ._errors import consumer_closed
 from ._pause import PauseState
 
 __all__ = ["SafeAIOConsumer"]
@@ -203,7 +203,7 @@ class SafeAIOConsumer:
             fatal = self._consumer._fatal
             if fatal is not None:
                 raise fatal
-            raise ConsumerClosedError(f"Consumer closed (SafeAIOConsumer is closed: cannot call {name}())")
+            raise consumer_closed(("Consumer closed",), f"SafeAIOConsumer is closed: cannot call {name}()")
 
     async def _run(self, call: Callable[[], T]) -> T:
         """``call`` off the loop: on the executor, or (from a callback) on the thread serving it."""
