@@ -23,7 +23,7 @@ from typing import Any, NoReturn, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from ._errors import FatalConsumerError, classify
-from ._pause import Key
+from ._keys import Key
 from ._requery import is_failed_offset_fetch
 
 logger = logging.getLogger("safeconsumer")

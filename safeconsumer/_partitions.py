@@ -40,7 +40,7 @@ from typing import Literal, TypeVar
 
 from confluent_kafka import Message
 
-from ._pause import Key
+from ._keys import Key
 
 logger = logging.getLogger("safeconsumer")
 

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaException, Message, TopicPartition
 
@@ -37,17 +37,22 @@ from ._client import RawClient, group_generation, tps
 from ._delivery import DeliveryGate
 from ._errors import FatalConsumerError
 from ._health import RebalanceExplainer
+from ._keys import Key
 from ._partitions import LeaveReason, PartitionTable
-from ._pause import Key, PauseLedger
+from ._pause import PauseLedger
 from ._requery import Requery
 
 if TYPE_CHECKING:
-    from ._consumer import SafeConsumer
     from .otel import Telemetry
 
 logger = logging.getLogger("safeconsumer")
 
-RebalanceCallback = Callable[["SafeConsumer", list[TopicPartition]], object]
+#: The application's on_assign/on_revoke/on_lost: called with the consumer and the partitions
+#: (the consumer is typed Any: a SafeConsumer, which this module does not import, so the
+#: facade's imports form no circle).
+RebalanceCallback = Callable[[Any, list[TopicPartition]], object]
+
+_T = TypeVar("_T")
 
 
 def _from_committed(tp: TopicPartition) -> bool:
@@ -64,7 +69,7 @@ class Rebalancer:
 
     def __init__(
         self,
-        consumer: SafeConsumer,
+        consumer: Consumer,
         client: RawClient,
         *,
         table: PartitionTable,
@@ -74,6 +79,8 @@ class Rebalancer:
         incremental: bool,
         protocol: str,
         explainer: RebalanceExplainer,
+        closing: Callable[[], bool] = lambda: False,
+        owned_changed: Callable[[int], object] = lambda _n: None,
         requery_delay: float = 0.0,
     ):
         self._consumer = consumer
@@ -88,10 +95,11 @@ class Rebalancer:
         self.user_on_assign: RebalanceCallback | None = None
         self.user_on_revoke: RebalanceCallback | None = None
         self.user_on_lost: RebalanceCallback | None = None
-        #: subscribe() is in force: an eager revocation may be followed by a re-assignment.
-        self.subscribed = False
-        #: close() has begun: revocations are final.
-        self.closing = False
+        #: The topics of the subscribe() in force (None: none): an eager revocation may then be
+        #: followed by a re-assignment. Changed by subscribe() and unsubscribed() only.
+        self.subscription: list[str] | None = None
+        #: close() (or a fatal stop) has begun: revocations are final. The consumer's lifecycle answers.
+        self._closing = closing
         #: Partitions owned when unsubscribe() was called: their coming revocation is final.
         self._unsubscribed: set[Key] = set()
         #: Parked by the keepalive: every owned partition paused in librdkafka and at the gate.
@@ -101,8 +109,8 @@ class Rebalancer:
         #: Inside on_assign, before or while the user's callback runs; and whether it assigned.
         self._in_assign = False
         self._assign_called = False
-        #: A read whose results wait in the table is running (see Reader._read_ahead).
-        self.reading_ahead = False
+        #: A read whose results wait in the table is running (see :meth:`while_reading_ahead`).
+        self._reading_ahead = False
         #: The application's on_lost callbacks waiting to run in librdkafka's order, each with
         #: its partitions (which have already left): behind an error event read ahead.
         self.pending: list[tuple[RebalanceCallback, list[TopicPartition]]] = []
@@ -113,7 +121,34 @@ class Rebalancer:
         self._from_committed: set[Key] = set()
         self.requery = Requery(requery_delay)
         #: Told how many partitions are owned after every assignment change (fetch memory).
-        self.owned_changed: Callable[[int], object] = lambda _n: None
+        self._owned_changed_to = owned_changed
+
+    @property
+    def subscribed(self) -> bool:
+        """subscribe() is in force (see :attr:`subscription`)."""
+        return self.subscription is not None
+
+    # -- the application's subscription ------------------------------------------------------
+    def subscribe(self, topics: list[str], callbacks: dict[str, RebalanceCallback | None]) -> None:
+        """Called by the facade's subscribe() (lock held): librdkafka subscribes with this
+        rebalancer's callbacks, which run the application's ``callbacks`` (given by name)."""
+        self._client.call(
+            Consumer.subscribe, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
+        )
+        self.user_on_assign = callbacks.get("on_assign")
+        self.user_on_revoke = callbacks.get("on_revoke")
+        self.user_on_lost = callbacks.get("on_lost")
+        self.subscription = list(topics)
+        self.requery.forget(None)
+
+    def while_reading_ahead(self, read: Callable[[int, float], _T], num_messages: int) -> _T:
+        """Called by the reader: ``read(num_messages, 0)``, a read whose results wait in the table.
+        An on_lost it serves waits for the application (see :attr:`pending`)."""
+        self._reading_ahead = True
+        try:
+            return read(num_messages, 0)
+        finally:
+            self._reading_ahead = False
 
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
@@ -169,7 +204,7 @@ class Rebalancer:
 
     def on_lost(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         callback = self.user_on_lost if self.user_on_lost is not None else self.user_on_revoke
-        if self.reading_ahead and callback is not None:
+        if self._reading_ahead and callback is not None:
             # The partitions leave now (librdkafka unassigns them when this returns); the
             # application hears of it in librdkafka's order, after events read before it.
             self._leaving(partitions, None, "lost")
@@ -191,7 +226,7 @@ class Rebalancer:
     ) -> None:
         keys = _keys(partitions)
         try:
-            with self._explained(reason, keys, leaving=self.closing or not self.subscribed):
+            with self._explained(reason, keys, leaving=self._closing() or not self.subscribed):
                 if reason == "revoked":
                     self._gate.flush(force=True)
                 try:
@@ -222,9 +257,9 @@ class Rebalancer:
             self._explainer.callback(change, cause)
 
     def _owned_changed(self) -> None:
-        """Tell :attr:`owned_changed` the partition count; never an error into a callback."""
+        """Tell ``owned_changed`` (a constructor argument) the partition count; never an error into a callback."""
         try:
-            self.owned_changed(len(self._table.owned))
+            self._owned_changed_to(len(self._table.owned))
         except Exception:  # a size estimate must not break a rebalance
             logger.debug("fetch memory check failed", exc_info=True)
 
@@ -338,7 +373,7 @@ class Rebalancer:
         """
         requery = self.requery
         keys = requery.take()
-        if self.subscribed or self.closing:
+        if self.subscribed or self._closing():
             return
         table = self._table
         wanted = self._from_committed if keys is None else self._from_committed.intersection(keys)
@@ -380,8 +415,8 @@ class Rebalancer:
             self._client.pause(paused)
 
     def unsubscribed(self) -> None:
-        """``unsubscribe()`` was called: the coming revocation of what is owned is final."""
-        self.subscribed = False
+        """Called by the facade's unsubscribe() (lock held): the coming revocation of what is owned is final."""
+        self.subscription = None
         self._unsubscribed = set(self._table.owned)
         # Eager limbo waits for a re-assignment that will not come now.
         self._ledger.unmark_partitions(self._table.assigned((), replace=False))
@@ -397,7 +432,7 @@ class Rebalancer:
             return
         # Never left paused inside librdkafka: it would come back silently stuck.
         self._client.resume(gone, leaving=True)
-        eager = rebalance and reason == "revoked" and not self.incremental and self.subscribed and not self.closing
+        eager = rebalance and reason == "revoked" and not self.incremental and self.subscribed and not self._closing()
         if eager and not final:
             table.to_limbo(gone)
         else:

@@ -49,7 +49,7 @@ from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Span, SpanKind, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from ._pause import Key
+from ._keys import Key
 
 if TYPE_CHECKING:
     from ._partitions import PartitionTable
