@@ -14,6 +14,8 @@ librdkafka or shared state:
 - :mod:`._lifecycle` closes and fails the consumer, and builds the views the keeper
   (:mod:`._keepalive`) and :mod:`.aio` get of it; :mod:`._memory` counts its fetch memory.
 
+:mod:`._assembly` builds and wires those parts once, in ``__init__``.
+
 The lock is re-entrant, so the consumer may be shared between threads; rebalance callbacks run
 inside ``poll()`` / ``consume()`` / ``close()`` (or a keepalive poll) on the calling thread, and
 re-enter it. One path takes no lock: ``poll()``'s fast lane (see :mod:`._reader`).
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 import warnings
 from collections import deque
@@ -34,19 +35,15 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, TracerProvider
 
-from ._client import RawClient
+from ._assembly import assemble, check_options
 from ._config import redact_config
-from ._delivery import DeliveryGate, DeliveryStats
+from ._delivery import DeliveryStats
 from ._errors import InvalidPauseRequest, PauseStateError
-from ._health import GroupDescriber, RebalanceExplainer
-from ._keepalive import KeepaliveMode, Keeper
-from ._lifecycle import AsyncLink, FatalPolicy, KeepaliveLink, Lifecycle, State
-from ._memory import ConsumerBudget, parse_budget
-from ._offsets import Offsets
-from ._partitions import PartitionTable
-from ._pause import PauseLedger, PauseState, parse_topic_entries, subscription_can_match
-from ._reader import Reader
-from ._rebalance import RebalanceCallback, Rebalancer
+from ._keepalive import KeepaliveMode
+from ._lifecycle import AsyncLink, FatalPolicy, Lifecycle, State
+from ._memory import ConsumerBudget
+from ._pause import PauseState, parse_topic_entries, subscription_can_match
+from ._rebalance import RebalanceCallback
 from ._retry import CommitRetry
 from ._upstream import NO_CALLBACK as _NO_CALLBACK
 from ._upstream import NO_CONF as _NO_CONF
@@ -57,16 +54,13 @@ from ._upstream import (
     config_of,
     consume_arguments,
     given,
-    is_incremental,
     partition_keys,
     poll_timeout,
     positive,
-    protocol_label,
     show_upstream_signatures,
     stopped,
     upstream_arguments,
 )
-from .otel import Telemetry
 
 logger = logging.getLogger("safeconsumer")
 
@@ -143,15 +137,7 @@ class SafeConsumer(Consumer):
         """
         # The config is judged as confluent_kafka and librdkafka judge it, before anything else.
         config = config_of(conf, more, kwargs)
-        if keepalive not in ("auto", "off"):
-            raise ValueError(f"keepalive must be 'auto' or 'off', got {keepalive!r}")
-        if on_fatal not in ("raise", "exit"):
-            raise ValueError(f"on_fatal must be 'raise' or 'exit', got {on_fatal!r}")
-        if not isinstance(explain_rebalances, bool):
-            raise TypeError(f"explain_rebalances must be a bool, got {type(explain_rebalances).__name__}")
-        budget = parse_budget(fetch_memory_budget)
-        if commit_retry is not None and not isinstance(commit_retry, CommitRetry):
-            raise TypeError(f"commit_retry must be a CommitRetry or None, got {type(commit_retry).__name__}")
+        budget = check_options(keepalive, on_fatal, explain_rebalances, fetch_memory_budget, commit_retry)
         positive("keepalive_after", keepalive_after, 1.0)
         positive("keepalive_max", keepalive_max, 1.0)
         auto_store = auto_store_setting(config)
@@ -166,69 +152,32 @@ class SafeConsumer(Consumer):
             Consumer.close(self)
             raise
         max_poll_s = float(config.get("max.poll.interval.ms", 300000)) / 1000
-        after = positive("keepalive_after", keepalive_after, max_poll_s / 2)
-        ceiling = positive("keepalive_max", keepalive_max, max_poll_s * 10)
-        self._lock = threading.RLock()
-        self._life = life = Lifecycle(self._lock, group_id, on_fatal, State.OPEN)
-        self._ledger = PauseLedger()
-        self._table = PartitionTable()
-        self._client = RawClient(self, group_id, life.fail)
-        self._client.instance_id = str(config["group.instance.id"]) if config.get("group.instance.id") else None
-        self._gate = DeliveryGate(self._table, self._client, auto_store=auto_store)
-        #: poll()'s fast lane (the table's; see Reader).
-        self._lane = self._table.lane  # type: ignore[misc]  # the instance's own, not the class default
-        self._telemetry = Telemetry(group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
-        self._telemetry.bind(self._table)
-        protocol = protocol_label(config)
-        self._explainer = RebalanceExplainer(
-            group_id=group_id,
-            protocol=protocol,
-            telemetry=self._telemetry,
-            describer=GroupDescriber(config, group_id) if explain_rebalances and group_id else None,
-            member_id=self._member_id,
-            owned=lambda: len(self._table.owned),
-        )
-        self._client.on_error = self._explainer.error_seen
-        self._rebalancer = Rebalancer(
+        parts = assemble(
             self,
-            self._client,
-            table=self._table,
-            ledger=self._ledger,
-            gate=self._gate,
-            telemetry=self._telemetry,
-            incremental=is_incremental(config),
-            protocol=protocol,
-            explainer=self._explainer,
-            closing=life.stopping,
-            owned_changed=fetch_budget.owned,
-            # Long enough for a partition that did start to hand over what it fetched (an empty
-            # fetch answers after fetch.wait.max.ms).
-            requery_delay=float(config.get("fetch.wait.max.ms", 500)) / 1000 + 0.5,
-        )
-        self._client.on_failed_offset_fetch = self._rebalancer.failed_offset_fetch
-        self._reader = Reader(
-            self._client, self._table, self._gate, self._rebalancer, real_call_every=min(1.0, max_poll_s / 10)
-        )
-        self._offsets = Offsets(
-            life=life,
-            client=self._client,
-            table=self._table,
-            gate=self._gate,
-            rebalancer=self._rebalancer,
-            commit_retry=commit_retry,
-        )
-        link = KeepaliveLink(life, self._reader, self._rebalancer.set_parked, self._telemetry)
-        self._keeper = Keeper(link, mode=keepalive, after=after, ceiling=ceiling)
-        life.bind(
-            client=self._client,
-            table=self._table,
-            gate=self._gate,
-            rebalancer=self._rebalancer,
-            keeper=self._keeper,
-            explainer=self._explainer,
-            telemetry=self._telemetry,
+            config,
+            auto_store=auto_store,
             budget=fetch_budget,
+            member_id=self._member_id,
+            on_fatal=on_fatal,
+            keepalive=keepalive,
+            keepalive_after=positive("keepalive_after", keepalive_after, max_poll_s / 2),
+            keepalive_max=positive("keepalive_max", keepalive_max, max_poll_s * 10),
+            max_poll_s=max_poll_s,
+            commit_retry=commit_retry,
+            meter_provider=meter_provider,
+            tracer_provider=tracer_provider,
+            explain_rebalances=explain_rebalances,
         )
+        self._lock, self._life, self._ledger, self._table = parts.lock, parts.life, parts.ledger, parts.table
+        self._client, self._gate, self._telemetry = parts.client, parts.gate, parts.telemetry
+        self._rebalancer, self._reader, self._offsets, self._keeper = (
+            parts.rebalancer,
+            parts.reader,
+            parts.offsets,
+            parts.keeper,
+        )
+        #: poll()'s fast lane (the table's; see Reader).
+        self._lane = parts.table.lane  # type: ignore[misc]  # the instance's own, not the class default
         fetch_budget.join(self)
 
     def __repr__(self) -> str:
@@ -389,40 +338,33 @@ class SafeConsumer(Consumer):
         return self._keeper.parked
 
     # -- assignment ------------------------------------------------------------------------
+    def _assignment_call(self, method: Any, change: str, partitions: object = None) -> None:
+        """assign()/incremental_*()/unassign(): upstream judges the partitions, the rebalancer's
+        ``change`` applies them (None: all of them)."""
+        name = method.__name__
+        if self._life.state is _CLOSED:
+            self._stopped(method, name, *(() if method is Consumer.unassign else (partitions,)))
+            return
+        if method is not Consumer.unassign:
+            partition_keys(self, partitions, name)
+        with self._lock:
+            getattr(self._rebalancer, change)(partitions)
+
     @upstream_arguments
     def assign(self, partitions: list[TopicPartition], /) -> None:
-        if self._life.state is _CLOSED:
-            self._stopped(Consumer.assign, "assign", partitions)
-            return
-        partition_keys(self, partitions, "assign")
-        with self._lock:
-            self._rebalancer.assign(partitions)
+        self._assignment_call(Consumer.assign, "assign", partitions)
 
     @upstream_arguments
     def incremental_assign(self, partitions: list[TopicPartition], /) -> None:
-        if self._life.state is _CLOSED:
-            self._stopped(Consumer.incremental_assign, "incremental_assign", partitions)
-            return
-        partition_keys(self, partitions, "incremental_assign")
-        with self._lock:
-            self._rebalancer.incremental_assign(partitions)
+        self._assignment_call(Consumer.incremental_assign, "incremental_assign", partitions)
 
     @upstream_arguments
     def incremental_unassign(self, partitions: list[TopicPartition], /) -> None:
-        if self._life.state is _CLOSED:
-            self._stopped(Consumer.incremental_unassign, "incremental_unassign", partitions)
-            return
-        partition_keys(self, partitions, "incremental_unassign")
-        with self._lock:
-            self._rebalancer.unassign(partitions)
+        self._assignment_call(Consumer.incremental_unassign, "unassign", partitions)
 
     @upstream_arguments
     def unassign(self) -> None:
-        if self._life.state is _CLOSED:
-            self._stopped(Consumer.unassign, "unassign")
-            return
-        with self._lock:
-            self._rebalancer.unassign(None)
+        self._assignment_call(Consumer.unassign, "unassign")
 
     def owns(self, tp_or_message: TopicPartition | Message | tuple[str, int]) -> bool:
         """Whether this consumer owns that partition right now (a TopicPartition, Message or key)."""
