@@ -211,6 +211,19 @@ class PartitionTable:
             self.limbo[key] = _Limbo(state, [m for m in taken if _key(m) == key])
         return gone
 
+    def restores_applied(self) -> None:
+        """Called by the rebalancer once on_assign applied the assignment: the ``resume_at``
+        offsets of partitions restored from eager limbo have been used."""
+        self.resume_at.clear()
+
+    def count_consumed(self) -> None:
+        """Called by telemetry (on the metric reader's thread, without the consumer's lock): keep
+        per-partition counts of records handed out from now on. One attribute store: the record
+        path sees either no counter or the new one; records handed out meanwhile go uncounted,
+        as before an SDK was installed."""
+        if self.consumed is None:
+            self.consumed = Counter()
+
     def cleared(self) -> None:
         """The consumer closed or failed: everything held is dropped (counted as revoked)."""
         self.unlane()

@@ -7,8 +7,10 @@ read-ahead, then handed out through the gate. A real call reaches librdkafka at 
 are served as if every ``poll()`` reached it.
 
 ``poll()`` also has a fast lane: a batch wholly deliverable when it arrived is handed out
-one record per call without the lock (:meth:`SafeConsumer.poll` pops it; the deadline
-``lane_until`` keeps real calls going). Every method here runs with the consumer's lock held.
+one record per call without the lock (:meth:`SafeConsumer.poll` and ``SafeAIOConsumer.poll``
+pop it; the deadline ``lane_until`` keeps real calls going). Every method here runs with the
+consumer's lock held, except the keeper's idle clock (:meth:`Reader.idle_seconds`,
+:meth:`Reader.touch`: one float, read and written whole).
 
 Each ``poll()``/``consume()`` first marks the application as *come back*: what the previous
 call handed out is processed, so its offsets may be stored (I8), and a due store happens

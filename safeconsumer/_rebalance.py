@@ -1,8 +1,9 @@
-"""Assignment changes: the only code that changes what this consumer owns.
+"""Assignment changes: every change of what this consumer owns starts here.
 
 Every change of ownership passes here, whether librdkafka announces it (the rebalance
 callbacks) or the application makes it (``assign``, ``unassign``, ``incremental_*``,
-``unsubscribe``); it becomes a transition of the partition table, and librdkafka's pause
+``unsubscribe``); it becomes a transition of the partition table (the table itself clears
+everything when the consumer closes or fails: :mod:`._lifecycle`), and librdkafka's pause
 flags are then made equal to the pause ledger's effective set restricted to the new
 assignment, before a record of a newly assigned partition can be returned.
 
@@ -102,7 +103,10 @@ class Rebalancer:
         self._closing = closing
         #: Partitions owned when unsubscribe() was called: their coming revocation is final.
         self._unsubscribed: set[Key] = set()
-        #: Parked by the keepalive: every owned partition paused in librdkafka and at the gate.
+        #: Parking as applied: every owned partition paused in librdkafka and at the gate. Not the
+        #: same fact as ``Keeper.parked`` (the keeper's decision, taken under its own condition):
+        #: this one changes only under the client lock, through :meth:`set_parked`, when the
+        #: keeper's link applies that decision to an open consumer.
         self.parked = False
         #: A user rebalance callback is running (a commit() from it is not the app coming back).
         self.in_callback = False
@@ -185,7 +189,7 @@ class Rebalancer:
                     self._client.incremental_assign(parts)
                 else:
                     self._client.assign(parts)
-            table.resume_at.clear()
+            table.restores_applied()
             self.sync(fresh=keys)
 
     def _start_of(self, tp: TopicPartition) -> TopicPartition | None:
