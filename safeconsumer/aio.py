@@ -139,17 +139,17 @@ class _Receive:
 class _Keepalive:
     """``async with consumer.keepalive():`` (entering and leaving take the consumer's lock: off the loop)."""
 
-    def __init__(self, owner: SafeAIOConsumer) -> None:
-        self._owner = owner
-        self._block = owner._consumer.keepalive()
+    def __init__(self, run: Callable[[Callable[[], Any]], Awaitable[Any]], consumer: SafeConsumer) -> None:
+        self._run = run
+        self._block = consumer.keepalive()
 
     async def __aenter__(self) -> None:
-        await self._owner._run(self._block.__enter__)
+        await self._run(self._block.__enter__)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._owner._run(functools.partial(self._block.__exit__, exc_type, exc, tb))
+        await self._run(functools.partial(self._block.__exit__, exc_type, exc, tb))
 
 
 class SafeAIOConsumer:
@@ -417,7 +417,7 @@ class SafeAIOConsumer:
     def keepalive(self) -> _Keepalive:
         """``async with consumer.keepalive(): await long_work()``: stays in the group, no records."""
         self._check_open("keepalive")
-        return _Keepalive(self)
+        return _Keepalive(self._run, self._consumer)
 
     def process(self, message: Message) -> Any:
         """``with consumer.process(msg): ...``: the processing span (no call into librdkafka)."""
