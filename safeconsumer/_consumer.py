@@ -38,11 +38,10 @@ from opentelemetry.trace import Span, TracerProvider
 from ._assembly import assemble, check_options
 from ._config import redact_config
 from ._delivery import DeliveryStats
-from ._errors import InvalidPauseRequest, PauseStateError
 from ._keepalive import KeepaliveMode
 from ._lifecycle import AsyncLink, FatalPolicy, Lifecycle, State
 from ._memory import ConsumerBudget
-from ._pause import PauseState, parse_topic_entries, subscription_can_match
+from ._pause import PauseState, parse_topic_entries
 from ._rebalance import RebalanceCallback
 from ._retry import CommitRetry
 from ._upstream import NO_CALLBACK as _NO_CALLBACK
@@ -407,13 +406,7 @@ class SafeConsumer(Consumer):
             return
         keys = None if whole else partition_keys(self, partitions, method)
         with self._lock:
-            if keys is None:
-                self._ledger.set_consumer(mark)
-            elif mark:
-                self._ledger.mark_partitions(keys)
-            else:
-                self._ledger.unmark_partitions(keys)
-            self._rebalancer.sync()
+            self._rebalancer.change_marks(keys, mark=mark)
 
     def pause_topics(self, topics: Iterable[str | Any] | str | Any) -> None:
         """Pause whole topics: names, ``^regex`` strings, or compiled ``re.Pattern`` objects.
@@ -432,20 +425,7 @@ class SafeConsumer(Consumer):
             raise self._life.closed_error(method)
         names, patterns = parse_topic_entries(topics)
         with self._lock:
-            subscription = self._rebalancer.subscription
-            if subscription is None and not self._table.owned:
-                raise PauseStateError(
-                    f"{method}() needs a subscription or an assignment to apply to: call subscribe() or assign() first"
-                )
-            if mark and subscription is not None:
-                never = subscription_can_match(subscription, names, patterns)
-                if never:
-                    raise InvalidPauseRequest(f"{method}(): the subscription {subscription} can never deliver {never}")
-            if mark:
-                self._ledger.mark_topics(names, patterns)
-            else:
-                self._ledger.unmark_topics(names, patterns)
-            self._rebalancer.sync()
+            self._rebalancer.change_topic_marks(method, names, patterns, mark=mark)
 
     def paused(self) -> list[TopicPartition]:
         """The effectively paused partitions of the current assignment, sorted."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,11 +37,11 @@ from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaExcept
 
 from ._client import RawClient, group_generation, tps
 from ._delivery import DeliveryGate
-from ._errors import FatalConsumerError
+from ._errors import FatalConsumerError, InvalidPauseRequest, PauseStateError
 from ._health import RebalanceExplainer
 from ._keys import Key
 from ._partitions import LeaveReason, PartitionTable
-from ._pause import PauseLedger
+from ._pause import PauseLedger, subscription_can_match
 from ._requery import Requery
 
 if TYPE_CHECKING:
@@ -156,6 +157,8 @@ class Rebalancer:
 
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
+        """Called by librdkafka inside a poll/consume/close: the table takes ``partitions`` (limbo
+        restored), the app's callback runs, the assignment is applied, pause flags follow intent."""
         self.run_pending()
         keys = _keys(partitions)
         try:
@@ -203,10 +206,14 @@ class Rebalancer:
         return TopicPartition(tp.topic, tp.partition, offset)
 
     def on_revoke(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
+        """Called by librdkafka: a final store, the app's callback, then the partitions leave the
+        table (or wait in eager limbo) and are resumed inside librdkafka."""
         self.run_pending()
         self._leaving(partitions, self.user_on_revoke, "revoked")
 
     def on_lost(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
+        """Called by librdkafka: the partitions leave at once, nothing stored; the app's callback
+        runs now, or (served by a read-ahead) waits in :attr:`pending` for the app's next call."""
         callback = self.user_on_lost if self.user_on_lost is not None else self.user_on_revoke
         if self._reading_ahead and callback is not None:
             # The partitions leave now (librdkafka unassigns them when this returns); the
@@ -218,7 +225,9 @@ class Rebalancer:
         self._leaving(partitions, callback, "lost")
 
     def run_pending(self) -> None:
-        """Run the waiting on_lost callbacks, in order (see :attr:`pending`)."""
+        """Run the waiting on_lost callbacks, in order (see :attr:`pending`). Called by the reader
+        when the app comes back after the event they wait behind, by every rebalance callback
+        first, and by the lifecycle's close(); empties :attr:`pending`."""
         pending = self.pending
         while pending:
             callback, partitions = pending.pop(0)
@@ -281,7 +290,9 @@ class Rebalancer:
 
     # -- the application's own assignment calls ------------------------------------------------
     def assign(self, partitions: list[TopicPartition]) -> None:
-        """``assign()``: the whole assignment is replaced."""
+        """Called by the facade's ``assign()`` (lock held; also from the app's on_assign): the whole
+        assignment is replaced in librdkafka and the table; partitions assigned again restart
+        at the given offset; marks of partitions gone are dropped; flags follow intent."""
         keys = _keys(partitions)
         table = self._table
         inside = self._in_assign
@@ -313,6 +324,8 @@ class Rebalancer:
         self._owned_changed()
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        """Called by the facade's ``incremental_assign()`` (lock held; also from on_assign): the
+        table takes ``partitions`` as well; flags follow intent."""
         keys = _keys(partitions)
         if self._in_assign:
             self._assign_called = True
@@ -327,7 +340,8 @@ class Rebalancer:
         self._owned_changed()
 
     def unassign(self, partitions: list[TopicPartition] | None) -> None:
-        """``unassign()`` (None) or ``incremental_unassign(partitions)``."""
+        """Called by the facade's ``unassign()`` (None) or ``incremental_unassign(partitions)``
+        (lock held): a final store, then the partitions leave librdkafka and the table, marks dropped."""
         self._gate.flush(force=True)  # stored before the assignment changes (I9)
         keys = list(self._table.owned) if partitions is None else _keys(partitions)
         self._left(keys, "unassigned")
@@ -343,7 +357,8 @@ class Rebalancer:
 
     # -- committed offsets librdkafka gave up fetching -------------------------------------------
     def failed_offset_fetch(self, event: Message) -> None:
-        """An error event: librdkafka could not fetch committed offsets and will not try again."""
+        """Called by the client boundary for an error event saying librdkafka could not fetch
+        committed offsets and will not try again: a re-query is scheduled (:attr:`requery`)."""
         topic, partition = event.topic(), event.partition()
         keys = None if topic is None or partition is None else [(topic, partition)]
         if self.subscribed:
@@ -358,7 +373,8 @@ class Rebalancer:
         logger.info("committed offset fetch failed (%s); looking at the partition(s) in %.1fs", event.error(), delay)
 
     def seeked(self, key: Key) -> None:
-        """The application gave a partition an explicit position: it no longer starts from its committed offset."""
+        """Called by the facade's ``seek()`` (lock held) and by incremental_assign() at an offset:
+        the partition no longer starts from its committed offset; no re-query for it."""
         self._from_committed.discard(key)
         self.requery.forget([key])
 
@@ -447,6 +463,9 @@ class Rebalancer:
     def sync(self, fresh: Iterable[Key] = ()) -> None:
         """Make librdkafka's pause flags equal the effective set of the current assignment.
 
+        Called after every change of intent (the facade's pause/resume calls, lock held), of
+        ownership (here) and of parking; changes the table's paused set and applied flags.
+
         ``fresh`` partitions were just assigned; those effectively paused are paused even
         if librdkafka was told so before. Fresh partitions that are not paused are left
         alone: every partition is resumed inside librdkafka as it leaves (``_left``), so
@@ -474,7 +493,38 @@ class Rebalancer:
         self._table.set_paused(effective, len(intent))
         return intent, effective
 
+    def change_marks(self, keys: list[Key] | None, *, mark: bool) -> None:
+        """Called by the facade's ``pause()``/``resume()`` (lock held): partition marks of ``keys``,
+        or (None) the consumer mark, set or cleared; flags follow."""
+        if keys is None:
+            self._ledger.set_consumer(mark)
+        elif mark:
+            self._ledger.mark_partitions(keys)
+        else:
+            self._ledger.unmark_partitions(keys)
+        self.sync()
+
+    def change_topic_marks(self, method: str, names: list[str], patterns: list[re.Pattern[str]], *, mark: bool) -> None:
+        """Called by the facade's ``pause_topics()``/``resume_topics()`` (lock held): topic marks
+        set or cleared; flags follow. Raises when there is nothing to apply them to, or when the
+        subscription can never deliver a topic to be paused."""
+        subscription = self.subscription
+        if subscription is None and not self._table.owned:
+            raise PauseStateError(
+                f"{method}() needs a subscription or an assignment to apply to: call subscribe() or assign() first"
+            )
+        if mark and subscription is not None:
+            never = subscription_can_match(subscription, names, patterns)
+            if never:
+                raise InvalidPauseRequest(f"{method}(): the subscription {subscription} can never deliver {never}")
+        if mark:
+            self._ledger.mark_topics(names, patterns)
+        else:
+            self._ledger.unmark_topics(names, patterns)
+        self.sync()
+
     def set_parked(self, parked: bool) -> None:
-        """Park (keepalive) or un-park: the user's intent is untouched, librdkafka follows both."""
+        """Called by the keeper's link (lock held, consumer open): park (keepalive) or un-park; the
+        user's intent is untouched, librdkafka's flags and the table's paused set follow both."""
         self.parked = parked
         self.sync()
