@@ -25,9 +25,15 @@ Glossary (the words the rest of the core uses):
 Every change goes through a named transition (``assigned``, ``left``, ``to_limbo``,
 ``seeked``, ``seek_passed``, ``set_paused``, ``flags_applied``, ``hold``, ``release``,
 ``deliver_one``, ``count_delivered``, ``fill_lane``, ``unlane``, ``given_back``, ``handed_out``,
-``came_back``, ``stored``, ``dropped_unowned``, ``refused_offsets``, ``cleared``); none of them
-talks to Kafka. Callers hold the consumer's lock; the one exception is ``poll()`` popping the
-lane from its left (see :meth:`PartitionTable.unlane`).
+``came_back``, ``stored``, ``dropped_unowned``, ``refused_offsets``, ``restores_applied``,
+``count_consumed``, ``cleared``); none of them talks to Kafka. Callers hold the consumer's lock;
+the exceptions are ``poll()`` popping the lane from its left (see :meth:`PartitionTable.unlane`)
+and ``count_consumed`` (telemetry's thread, one attribute store).
+
+Not yet a transition: the read-ahead deque itself. The reader appends to it and pops from it in
+place on the record path (``extend``/``popleft``, under the lock), where a method call per record
+would cost the throughput budget of ``poll()``; every other holder of records goes through the
+transitions above.
 """
 
 from __future__ import annotations
