@@ -19,8 +19,7 @@ from ._errors import (
 )
 from ._pause import PauseState
 from ._retry import CommitRetry
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "CommitRetry",

@@ -1,8 +1,12 @@
 """The one boundary to librdkafka: every call the library makes on the underlying client.
 
 ``SafeConsumer`` subclasses ``confluent_kafka.Consumer``, so the parent's methods, called
-unbound on the SafeConsumer, *are* the raw client. Only this module calls them. Each call
-passes through one translation of errors (:func:`._errors.classify`):
+unbound on the SafeConsumer, *are* the raw client. Every call that acts on the client goes
+through this module; the exceptions, which translate no error because none can be fatal, are
+upstream's own argument checks and answers on a stopped consumer (:mod:`._upstream`), the
+constructor's early ``Consumer.close`` of a consumer it refuses, ``memberid()`` read by the
+rebalance explainer's thread, and :func:`group_generation`. Each call here passes through one
+translation of errors (:func:`._errors.classify`):
 
 - an error event librdkafka *returns* (from ``consume()``/``poll()``) is looked at once, here;
 - a ``KafkaException`` librdkafka *raises* (from ``commit()``, ``committed()``, ``assign()``, ...)
@@ -23,7 +27,7 @@ from typing import Any, NoReturn, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from ._errors import FatalConsumerError, classify
-from ._pause import Key
+from ._keys import Key
 from ._requery import is_failed_offset_fetch
 
 logger = logging.getLogger("safeconsumer")

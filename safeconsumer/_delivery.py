@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from confluent_kafka import Message, TopicPartition
 
 from ._client import RawClient
+from ._keys import Key
 from ._partitions import PartitionTable
-from ._pause import Key
 
 logger = logging.getLogger("safeconsumer")
 
@@ -84,6 +84,12 @@ class DeliveryGate:
         self.auto_store = auto_store
         self.flush_interval = flush_interval
         self.last_flush = time.monotonic()
+
+    def stop_storing(self) -> None:
+        """Called by :meth:`._lifecycle.Lifecycle.fail`: records librdkafka returned will never be
+        seen by the application, so no offset is stored any more (only those stored before get
+        committed, also by the revoke callbacks close() runs)."""
+        self.auto_store = False
 
     # -- the gate ------------------------------------------------------------------------
     def admit(self, msg: Message) -> Message | None:

@@ -3,7 +3,7 @@
 ::
 
     SafeConsumerError                  base of everything safeconsumer raises itself
-    ├── ConsumerClosedError            (also RuntimeError) a call after close()
+    ├── ConsumerClosedError            (also RuntimeError) a call after close(): args ("Consumer closed",)
     ├── InvalidPauseRequest            (also ValueError, TypeError) bad pause/resume input
     ├── PauseStateError                (also RuntimeError) topic pause with nothing to apply it to
     └── FatalConsumerError             (also KafkaException) the consumer cannot go on; it has closed itself
@@ -14,11 +14,16 @@ Errors of the underlying client keep their confluent_kafka types (``KafkaExcepti
 A fatal error is a ``KafkaException`` too, as upstream's are: ``args[0]`` is the original
 :class:`confluent_kafka.KafkaError` (also ``kafka_error``), and its text starts with upstream's
 (``KafkaError{...}``), then says what safeconsumer did about it.
+
+Where safeconsumer raises an error in upstream's place (a call after ``close()``, a setting it
+judges before librdkafka does), ``args`` are exactly upstream's (upstream's own tests compare
+``args[0]`` whole); what safeconsumer adds (which consumer, which call) is a PEP 678 note
+(:func:`with_note`), shown in tracebacks and never part of ``args`` or ``str()``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -31,7 +36,10 @@ class SafeConsumerError(Exception):
 
 
 class ConsumerClosedError(SafeConsumerError, RuntimeError):
-    """A method was called after ``close()``; it is a RuntimeError, as confluent_kafka raises."""
+    """A method was called after ``close()``; it is a RuntimeError, as confluent_kafka raises.
+
+    Its ``args`` are upstream's (``("Consumer closed",)``); a note names the consumer and the call.
+    """
 
 
 class InvalidPauseRequest(SafeConsumerError, ValueError, TypeError):
@@ -72,6 +80,27 @@ def _rebuild(
 
 class GroupMaxSizeReachedError(FatalConsumerError):
     """The group is at the broker's ``group.max.size`` (classic) or ``group.consumer.max.size`` (KIP-848)."""
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def with_note(exc: _E, note: str) -> _E:
+    """``exc`` with ``note`` added (PEP 678: shown in tracebacks, never in ``args`` or ``str()``).
+
+    On Python 3.10, which lacks ``add_note()``, the note is set as PEP 678 specifies.
+    """
+    add_note = getattr(exc, "add_note", None)
+    if add_note is not None:
+        add_note(note)
+    else:  # pragma: no cover - Python 3.10
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]
+    return exc
+
+
+def consumer_closed(args: tuple[object, ...], note: str) -> ConsumerClosedError:
+    """The error of a call on a closed consumer: upstream's ``args`` (``("Consumer closed",)``), and ``note``."""
+    return with_note(ConsumerClosedError(*args), note)
 
 
 #: Process exit status with ``on_fatal="exit"`` when the group is full (sysexits EX_CONFIG:

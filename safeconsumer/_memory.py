@@ -18,7 +18,7 @@ consumer, before each fetch). So at worst a consumer holds:
   ``queued.min.messages`` queued records plus the in-flight responses' records, assumed to
   average at least :data:`RECORD_BYTES_ASSUMED` on the wire;
 - **read-ahead**: the records safeconsumer has read from librdkafka and not yet handed out
-  (at most :data:`safeconsumer._reader.READ_AHEAD`), as Python objects;
+  (at most :data:`safeconsumer._keys.READ_AHEAD`), as Python objects;
 - **fixed**: threads, connection buffers and allocator slack, :data:`FIXED` per consumer
   (measured here: 4.4 MB for the first consumer of a process, about 0.6 MB for each further
   one; 4 MiB is counted for each).
@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ._reader import READ_AHEAD
+from ._keys import READ_AHEAD
 
 #: librdkafka's memory per fetched record beyond its value (measured about 340 bytes).
 RECORD_OVERHEAD = 384
@@ -248,3 +249,37 @@ class ProcessFetchMemory:
 
 #: The one registry of this process.
 PROCESS = ProcessFetchMemory()
+
+
+class ConsumerBudget:
+    """One consumer's share of :data:`PROCESS`: refused at construction if it alone exceeds its
+    budget, joined once built, told of every assignment change, left at close (or when dropped).
+
+    :data:`PROCESS` is looked up when used, so a test may give the process a registry of its own.
+    """
+
+    def __init__(self, key: int, config: Mapping[str, Any], budget: int | None, group_id: str) -> None:
+        """Raises ``ValueError`` for a setting the estimate cannot read, or a budget this consumer
+        alone exceeds before it owns any partition."""
+        self._key = key
+        self._group_id = group_id
+        self._budget = budget
+        self._limits = FetchLimits.from_config(config)
+        alone = estimate(self._limits, 0)
+        if budget is not None and alone.total > budget:
+            raise ValueError(
+                f"fetch_memory_budget {mib(budget)} is less than this one consumer may buffer before it owns "
+                f"any partition: {alone.describe()}; lower those settings or raise the budget"
+            )
+
+    def join(self, consumer: object) -> None:
+        """Count this consumer in the process, until :meth:`leave` or until ``consumer`` is dropped."""
+        PROCESS.join(self._key, self._limits, self._budget)
+        weakref.finalize(consumer, PROCESS.leave, self._key)
+
+    def owned(self, partitions: int) -> None:
+        """Called by the rebalancer after every assignment change: warn above the budget."""
+        PROCESS.check(self._key, partitions, self._group_id)
+
+    def leave(self) -> None:
+        PROCESS.leave(self._key)

@@ -25,9 +25,15 @@ Glossary (the words the rest of the core uses):
 Every change goes through a named transition (``assigned``, ``left``, ``to_limbo``,
 ``seeked``, ``seek_passed``, ``set_paused``, ``flags_applied``, ``hold``, ``release``,
 ``deliver_one``, ``count_delivered``, ``fill_lane``, ``unlane``, ``given_back``, ``handed_out``,
-``came_back``, ``stored``, ``dropped_unowned``, ``refused_offsets``, ``cleared``); none of them
-talks to Kafka. Callers hold the consumer's lock; the one exception is ``poll()`` popping the
-lane from its left (see :meth:`PartitionTable.unlane`).
+``came_back``, ``stored``, ``dropped_unowned``, ``refused_offsets``, ``restores_applied``,
+``count_consumed``, ``cleared``); none of them talks to Kafka. Callers hold the consumer's lock;
+the exceptions are ``poll()`` popping the lane from its left (see :meth:`PartitionTable.unlane`)
+and ``count_consumed`` (telemetry's thread, one attribute store).
+
+Not yet a transition: the read-ahead deque itself. The reader appends to it and pops from it in
+place on the record path (``extend``/``popleft``, under the lock), where a method call per record
+would cost the throughput budget of ``poll()``; every other holder of records goes through the
+transitions above.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from typing import Literal, TypeVar
 
 from confluent_kafka import Message
 
-from ._pause import Key
+from ._keys import Key
 
 logger = logging.getLogger("safeconsumer")
 
@@ -210,6 +216,19 @@ class PartitionTable:
             state.applied = False
             self.limbo[key] = _Limbo(state, [m for m in taken if _key(m) == key])
         return gone
+
+    def restores_applied(self) -> None:
+        """Called by the rebalancer once on_assign applied the assignment: the ``resume_at``
+        offsets of partitions restored from eager limbo have been used."""
+        self.resume_at.clear()
+
+    def count_consumed(self) -> None:
+        """Called by telemetry (on the metric reader's thread, without the consumer's lock): keep
+        per-partition counts of records handed out from now on. One attribute store: the record
+        path sees either no counter or the new one; records handed out meanwhile go uncounted,
+        as before an SDK was installed."""
+        if self.consumed is None:
+            self.consumed = Counter()
 
     def cleared(self) -> None:
         """The consumer closed or failed: everything held is dropped (counted as revoked)."""

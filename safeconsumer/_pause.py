@@ -20,9 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ._errors import InvalidPauseRequest
-
-#: Partitions are keyed by ``(topic, partition)`` internally; TopicPartition is mutable.
-Key = tuple[str, int]
+from ._keys import Key
 
 TopicEntry = str | re.Pattern[str]
 

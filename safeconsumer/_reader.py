@@ -7,8 +7,10 @@ read-ahead, then handed out through the gate. A real call reaches librdkafka at 
 are served as if every ``poll()`` reached it.
 
 ``poll()`` also has a fast lane: a batch wholly deliverable when it arrived is handed out
-one record per call without the lock (:meth:`SafeConsumer.poll` pops it; the deadline
-``lane_until`` keeps real calls going). Every method here runs with the consumer's lock held.
+one record per call without the lock (:meth:`SafeConsumer.poll` and ``SafeAIOConsumer.poll``
+pop it; the deadline ``lane_until`` keeps real calls going). Every method here runs with the
+consumer's lock held, except the keeper's idle clock (:meth:`Reader.idle_seconds`,
+:meth:`Reader.touch`: one float, read and written whole).
 
 Each ``poll()``/``consume()`` first marks the application as *come back*: what the previous
 call handed out is processed, so its offsets may be stored (I8), and a due store happens
@@ -25,15 +27,13 @@ from confluent_kafka import Message
 
 from ._client import RawClient
 from ._delivery import DeliveryGate
+from ._keys import READ_AHEAD
 from ._partitions import PartitionTable
 
 if TYPE_CHECKING:
     from ._rebalance import Rebalancer
 
 _T = TypeVar("_T")
-
-#: How many records one poll() reads from librdkafka at most; the rest wait in the table.
-READ_AHEAD = 64
 
 _monotonic = time.monotonic
 
@@ -253,11 +253,7 @@ class Reader:
         application next calls after that event was handed out.
         """
         rebalancer = self._rebalancer
-        rebalancer.reading_ahead = True
-        try:
-            batch, errors = self._client.consume(num_messages, 0)
-        finally:
-            rebalancer.reading_ahead = False
+        batch, errors = rebalancer.while_reading_ahead(self._client.consume, num_messages)
         if rebalancer.pending:
             last = next((m for m in reversed(batch) if m.error() is not None), None) if errors else None
             if last is not None:
@@ -286,8 +282,11 @@ class Reader:
             self._table.ahead.extend(batch)
             self._ahead_epoch = -1
 
-    def untrust(self) -> None:
-        """Records were put back into the read-ahead: check each one's ownership again."""
+    def give_back(self, msgs: list[Message]) -> None:
+        """Called by :class:`._lifecycle.AsyncLink` (lock held): what a poll()/consume() returned
+        never reached the application; the table takes it back, to hand it out again first, and
+        the read-ahead's ownership is checked record by record again."""
+        self._table.given_back(msgs)
         self._ahead_epoch = -1
 
     def idle_seconds(self) -> float:

@@ -1,8 +1,9 @@
-"""Assignment changes: the only code that changes what this consumer owns.
+"""Assignment changes: every change of what this consumer owns starts here.
 
 Every change of ownership passes here, whether librdkafka announces it (the rebalance
 callbacks) or the application makes it (``assign``, ``unassign``, ``incremental_*``,
-``unsubscribe``); it becomes a transition of the partition table, and librdkafka's pause
+``unsubscribe``); it becomes a transition of the partition table (the table itself clears
+everything when the consumer closes or fails: :mod:`._lifecycle`), and librdkafka's pause
 flags are then made equal to the pause ledger's effective set restricted to the new
 assignment, before a record of a newly assigned partition can be returned.
 
@@ -27,27 +28,33 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaException, Message, TopicPartition
 
 from ._client import RawClient, group_generation, tps
 from ._delivery import DeliveryGate
-from ._errors import FatalConsumerError
+from ._errors import FatalConsumerError, InvalidPauseRequest, PauseStateError
 from ._health import RebalanceExplainer
+from ._keys import Key
 from ._partitions import LeaveReason, PartitionTable
-from ._pause import Key, PauseLedger
+from ._pause import PauseLedger, subscription_can_match
 from ._requery import Requery
 
 if TYPE_CHECKING:
-    from ._consumer import SafeConsumer
     from .otel import Telemetry
 
 logger = logging.getLogger("safeconsumer")
 
-RebalanceCallback = Callable[["SafeConsumer", list[TopicPartition]], object]
+#: The application's on_assign/on_revoke/on_lost: called with the consumer and the partitions
+#: (the consumer is typed Any: a SafeConsumer, which this module does not import, so the
+#: facade's imports form no circle).
+RebalanceCallback = Callable[[Any, list[TopicPartition]], object]
+
+_T = TypeVar("_T")
 
 
 def _from_committed(tp: TopicPartition) -> bool:
@@ -64,7 +71,7 @@ class Rebalancer:
 
     def __init__(
         self,
-        consumer: SafeConsumer,
+        consumer: Consumer,
         client: RawClient,
         *,
         table: PartitionTable,
@@ -74,6 +81,8 @@ class Rebalancer:
         incremental: bool,
         protocol: str,
         explainer: RebalanceExplainer,
+        closing: Callable[[], bool] = lambda: False,
+        owned_changed: Callable[[int], object] = lambda _n: None,
         requery_delay: float = 0.0,
     ):
         self._consumer = consumer
@@ -88,21 +97,25 @@ class Rebalancer:
         self.user_on_assign: RebalanceCallback | None = None
         self.user_on_revoke: RebalanceCallback | None = None
         self.user_on_lost: RebalanceCallback | None = None
-        #: subscribe() is in force: an eager revocation may be followed by a re-assignment.
-        self.subscribed = False
-        #: close() has begun: revocations are final.
-        self.closing = False
+        #: The topics of the subscribe() in force (None: none): an eager revocation may then be
+        #: followed by a re-assignment. Changed by subscribe() and unsubscribed() only.
+        self.subscription: list[str] | None = None
+        #: close() (or a fatal stop) has begun: revocations are final. The consumer's lifecycle answers.
+        self._closing = closing
         #: Partitions owned when unsubscribe() was called: their coming revocation is final.
         self._unsubscribed: set[Key] = set()
-        #: Parked by the keepalive: every owned partition paused in librdkafka and at the gate.
+        #: Parking as applied: every owned partition paused in librdkafka and at the gate. Not the
+        #: same fact as ``Keeper.parked`` (the keeper's decision, taken under its own condition):
+        #: this one changes only under the client lock, through :meth:`set_parked`, when the
+        #: keeper's link applies that decision to an open consumer.
         self.parked = False
         #: A user rebalance callback is running (a commit() from it is not the app coming back).
         self.in_callback = False
         #: Inside on_assign, before or while the user's callback runs; and whether it assigned.
         self._in_assign = False
         self._assign_called = False
-        #: A read whose results wait in the table is running (see Reader._read_ahead).
-        self.reading_ahead = False
+        #: A read whose results wait in the table is running (see :meth:`while_reading_ahead`).
+        self._reading_ahead = False
         #: The application's on_lost callbacks waiting to run in librdkafka's order, each with
         #: its partitions (which have already left): behind an error event read ahead.
         self.pending: list[tuple[RebalanceCallback, list[TopicPartition]]] = []
@@ -113,10 +126,39 @@ class Rebalancer:
         self._from_committed: set[Key] = set()
         self.requery = Requery(requery_delay)
         #: Told how many partitions are owned after every assignment change (fetch memory).
-        self.owned_changed: Callable[[int], object] = lambda _n: None
+        self._owned_changed_to = owned_changed
+
+    @property
+    def subscribed(self) -> bool:
+        """subscribe() is in force (see :attr:`subscription`)."""
+        return self.subscription is not None
+
+    # -- the application's subscription ------------------------------------------------------
+    def subscribe(self, topics: list[str], callbacks: dict[str, RebalanceCallback | None]) -> None:
+        """Called by the facade's subscribe() (lock held): librdkafka subscribes with this
+        rebalancer's callbacks, which run the application's ``callbacks`` (given by name)."""
+        self._client.call(
+            Consumer.subscribe, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
+        )
+        self.user_on_assign = callbacks.get("on_assign")
+        self.user_on_revoke = callbacks.get("on_revoke")
+        self.user_on_lost = callbacks.get("on_lost")
+        self.subscription = list(topics)
+        self.requery.forget(None)
+
+    def while_reading_ahead(self, read: Callable[[int, float], _T], num_messages: int) -> _T:
+        """Called by the reader: ``read(num_messages, 0)``, a read whose results wait in the table.
+        An on_lost it serves waits for the application (see :attr:`pending`)."""
+        self._reading_ahead = True
+        try:
+            return read(num_messages, 0)
+        finally:
+            self._reading_ahead = False
 
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
+        """Called by librdkafka inside a poll/consume/close: the table takes ``partitions`` (limbo
+        restored), the app's callback runs, the assignment is applied, pause flags follow intent."""
         self.run_pending()
         keys = _keys(partitions)
         try:
@@ -150,7 +192,7 @@ class Rebalancer:
                     self._client.incremental_assign(parts)
                 else:
                     self._client.assign(parts)
-            table.resume_at.clear()
+            table.restores_applied()
             self.sync(fresh=keys)
 
     def _start_of(self, tp: TopicPartition) -> TopicPartition | None:
@@ -164,12 +206,16 @@ class Rebalancer:
         return TopicPartition(tp.topic, tp.partition, offset)
 
     def on_revoke(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
+        """Called by librdkafka: a final store, the app's callback, then the partitions leave the
+        table (or wait in eager limbo) and are resumed inside librdkafka."""
         self.run_pending()
         self._leaving(partitions, self.user_on_revoke, "revoked")
 
     def on_lost(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
+        """Called by librdkafka: the partitions leave at once, nothing stored; the app's callback
+        runs now, or (served by a read-ahead) waits in :attr:`pending` for the app's next call."""
         callback = self.user_on_lost if self.user_on_lost is not None else self.user_on_revoke
-        if self.reading_ahead and callback is not None:
+        if self._reading_ahead and callback is not None:
             # The partitions leave now (librdkafka unassigns them when this returns); the
             # application hears of it in librdkafka's order, after events read before it.
             self._leaving(partitions, None, "lost")
@@ -179,7 +225,9 @@ class Rebalancer:
         self._leaving(partitions, callback, "lost")
 
     def run_pending(self) -> None:
-        """Run the waiting on_lost callbacks, in order (see :attr:`pending`)."""
+        """Run the waiting on_lost callbacks, in order (see :attr:`pending`). Called by the reader
+        when the app comes back after the event they wait behind, by every rebalance callback
+        first, and by the lifecycle's close(); empties :attr:`pending`."""
         pending = self.pending
         while pending:
             callback, partitions = pending.pop(0)
@@ -191,7 +239,7 @@ class Rebalancer:
     ) -> None:
         keys = _keys(partitions)
         try:
-            with self._explained(reason, keys, leaving=self.closing or not self.subscribed):
+            with self._explained(reason, keys, leaving=self._closing() or not self.subscribed):
                 if reason == "revoked":
                     self._gate.flush(force=True)
                 try:
@@ -222,9 +270,9 @@ class Rebalancer:
             self._explainer.callback(change, cause)
 
     def _owned_changed(self) -> None:
-        """Tell :attr:`owned_changed` the partition count; never an error into a callback."""
+        """Tell ``owned_changed`` (a constructor argument) the partition count; never an error into a callback."""
         try:
-            self.owned_changed(len(self._table.owned))
+            self._owned_changed_to(len(self._table.owned))
         except Exception:  # a size estimate must not break a rebalance
             logger.debug("fetch memory check failed", exc_info=True)
 
@@ -242,7 +290,9 @@ class Rebalancer:
 
     # -- the application's own assignment calls ------------------------------------------------
     def assign(self, partitions: list[TopicPartition]) -> None:
-        """``assign()``: the whole assignment is replaced."""
+        """Called by the facade's ``assign()`` (lock held; also from the app's on_assign): the whole
+        assignment is replaced in librdkafka and the table; partitions assigned again restart
+        at the given offset; marks of partitions gone are dropped; flags follow intent."""
         keys = _keys(partitions)
         table = self._table
         inside = self._in_assign
@@ -274,6 +324,8 @@ class Rebalancer:
         self._owned_changed()
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        """Called by the facade's ``incremental_assign()`` (lock held; also from on_assign): the
+        table takes ``partitions`` as well; flags follow intent."""
         keys = _keys(partitions)
         if self._in_assign:
             self._assign_called = True
@@ -288,7 +340,8 @@ class Rebalancer:
         self._owned_changed()
 
     def unassign(self, partitions: list[TopicPartition] | None) -> None:
-        """``unassign()`` (None) or ``incremental_unassign(partitions)``."""
+        """Called by the facade's ``unassign()`` (None) or ``incremental_unassign(partitions)``
+        (lock held): a final store, then the partitions leave librdkafka and the table, marks dropped."""
         self._gate.flush(force=True)  # stored before the assignment changes (I9)
         keys = list(self._table.owned) if partitions is None else _keys(partitions)
         self._left(keys, "unassigned")
@@ -304,7 +357,8 @@ class Rebalancer:
 
     # -- committed offsets librdkafka gave up fetching -------------------------------------------
     def failed_offset_fetch(self, event: Message) -> None:
-        """An error event: librdkafka could not fetch committed offsets and will not try again."""
+        """Called by the client boundary for an error event saying librdkafka could not fetch
+        committed offsets and will not try again: a re-query is scheduled (:attr:`requery`)."""
         topic, partition = event.topic(), event.partition()
         keys = None if topic is None or partition is None else [(topic, partition)]
         if self.subscribed:
@@ -319,7 +373,8 @@ class Rebalancer:
         logger.info("committed offset fetch failed (%s); looking at the partition(s) in %.1fs", event.error(), delay)
 
     def seeked(self, key: Key) -> None:
-        """The application gave a partition an explicit position: it no longer starts from its committed offset."""
+        """Called by the facade's ``seek()`` (lock held) and by incremental_assign() at an offset:
+        the partition no longer starts from its committed offset; no re-query for it."""
         self._from_committed.discard(key)
         self.requery.forget([key])
 
@@ -338,7 +393,7 @@ class Rebalancer:
         """
         requery = self.requery
         keys = requery.take()
-        if self.subscribed or self.closing:
+        if self.subscribed or self._closing():
             return
         table = self._table
         wanted = self._from_committed if keys is None else self._from_committed.intersection(keys)
@@ -380,8 +435,8 @@ class Rebalancer:
             self._client.pause(paused)
 
     def unsubscribed(self) -> None:
-        """``unsubscribe()`` was called: the coming revocation of what is owned is final."""
-        self.subscribed = False
+        """Called by the facade's unsubscribe() (lock held): the coming revocation of what is owned is final."""
+        self.subscription = None
         self._unsubscribed = set(self._table.owned)
         # Eager limbo waits for a re-assignment that will not come now.
         self._ledger.unmark_partitions(self._table.assigned((), replace=False))
@@ -397,7 +452,7 @@ class Rebalancer:
             return
         # Never left paused inside librdkafka: it would come back silently stuck.
         self._client.resume(gone, leaving=True)
-        eager = rebalance and reason == "revoked" and not self.incremental and self.subscribed and not self.closing
+        eager = rebalance and reason == "revoked" and not self.incremental and self.subscribed and not self._closing()
         if eager and not final:
             table.to_limbo(gone)
         else:
@@ -407,6 +462,9 @@ class Rebalancer:
 
     def sync(self, fresh: Iterable[Key] = ()) -> None:
         """Make librdkafka's pause flags equal the effective set of the current assignment.
+
+        Called after every change of intent (the facade's pause/resume calls, lock held), of
+        ownership (here) and of parking; changes the table's paused set and applied flags.
 
         ``fresh`` partitions were just assigned; those effectively paused are paused even
         if librdkafka was told so before. Fresh partitions that are not paused are left
@@ -435,7 +493,38 @@ class Rebalancer:
         self._table.set_paused(effective, len(intent))
         return intent, effective
 
+    def change_marks(self, keys: list[Key] | None, *, mark: bool) -> None:
+        """Called by the facade's ``pause()``/``resume()`` (lock held): partition marks of ``keys``,
+        or (None) the consumer mark, set or cleared; flags follow."""
+        if keys is None:
+            self._ledger.set_consumer(mark)
+        elif mark:
+            self._ledger.mark_partitions(keys)
+        else:
+            self._ledger.unmark_partitions(keys)
+        self.sync()
+
+    def change_topic_marks(self, method: str, names: list[str], patterns: list[re.Pattern[str]], *, mark: bool) -> None:
+        """Called by the facade's ``pause_topics()``/``resume_topics()`` (lock held): topic marks
+        set or cleared; flags follow. Raises when there is nothing to apply them to, or when the
+        subscription can never deliver a topic to be paused."""
+        subscription = self.subscription
+        if subscription is None and not self._table.owned:
+            raise PauseStateError(
+                f"{method}() needs a subscription or an assignment to apply to: call subscribe() or assign() first"
+            )
+        if mark and subscription is not None:
+            never = subscription_can_match(subscription, names, patterns)
+            if never:
+                raise InvalidPauseRequest(f"{method}(): the subscription {subscription} can never deliver {never}")
+        if mark:
+            self._ledger.mark_topics(names, patterns)
+        else:
+            self._ledger.unmark_topics(names, patterns)
+        self.sync()
+
     def set_parked(self, parked: bool) -> None:
-        """Park (keepalive) or un-park: the user's intent is untouched, librdkafka follows both."""
+        """Called by the keeper's link (lock held, consumer open): park (keepalive) or un-park; the
+        user's intent is untouched, librdkafka's flags and the table's paused set follow both."""
         self.parked = parked
         self.sync()

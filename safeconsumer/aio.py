@@ -30,6 +30,7 @@ import functools
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
@@ -37,13 +38,16 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Message, TopicPartition
 
-from ._consumer import _TIMEOUT_TYPES, SafeConsumer, _monotonic
-from ._errors import ConsumerClosedError
+from ._consumer import SafeConsumer, async_link
+from ._errors import consumer_closed
 from ._pause import PauseState
+from ._upstream import TIMEOUT_TYPES as _TIMEOUT_TYPES
 
 __all__ = ["SafeAIOConsumer"]
 
 T = TypeVar("T")
+
+_monotonic = time.monotonic
 
 #: The config callbacks librdkafka calls, which asyncio users write as coroutines.
 _CONF_CALLBACKS = ("error_cb", "throttle_cb", "stats_cb", "on_commit")
@@ -135,17 +139,17 @@ class _Receive:
 class _Keepalive:
     """``async with consumer.keepalive():`` (entering and leaving take the consumer's lock: off the loop)."""
 
-    def __init__(self, owner: SafeAIOConsumer) -> None:
-        self._owner = owner
-        self._block = owner._consumer.keepalive()
+    def __init__(self, run: Callable[[Callable[[], Any]], Awaitable[Any]], consumer: SafeConsumer) -> None:
+        self._run = run
+        self._block = consumer.keepalive()
 
     async def __aenter__(self) -> None:
-        await self._owner._run(self._block.__enter__)
+        await self._run(self._block.__enter__)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._owner._run(functools.partial(self._block.__exit__, exc_type, exc, tb))
+        await self._run(functools.partial(self._block.__exit__, exc_type, exc, tb))
 
 
 class SafeAIOConsumer:
@@ -187,6 +191,8 @@ class SafeAIOConsumer:
             if conf.get("logger") is not None:
                 conf["logger"] = _LoopLogger(self._loop, conf["logger"])
         self._consumer = SafeConsumer(conf, **options)
+        #: The lock, lane and give-back of the consumer underneath (see _receive and poll).
+        self._link = async_link(self._consumer)
 
     def __repr__(self) -> str:
         return f"<SafeAIOConsumer of {self._consumer!r}>"
@@ -200,10 +206,10 @@ class SafeAIOConsumer:
     # -- dispatch -------------------------------------------------------------------------------
     def _check_open(self, name: str) -> None:
         if self._closed:
-            fatal = self._consumer._fatal
+            fatal = self._link.fatal
             if fatal is not None:
                 raise fatal
-            raise ConsumerClosedError(f"Consumer closed (SafeAIOConsumer is closed: cannot call {name}())")
+            raise consumer_closed(("Consumer closed",), f"SafeAIOConsumer is closed: cannot call {name}()")
 
     async def _run(self, call: Callable[[], T]) -> T:
         """``call`` off the loop: on the executor, or (from a callback) on the thread serving it."""
@@ -219,16 +225,16 @@ class SafeAIOConsumer:
     async def _receive(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """poll()/consume(): a result whose caller was cancelled goes back to the consumer."""
         self._check_open(name)
-        consumer, receive = self._consumer, _Receive()
-        method = getattr(consumer, name)
+        link, receive = self._link, _Receive()
+        method = getattr(self._consumer, name)
 
         def work() -> Any:
-            with consumer._lock:
+            with link.lock:
                 self._give_back_returned()
                 result = method(*args, **kwargs)
                 with receive.lock:
                     if receive.cancelled:
-                        consumer._give_back(result)
+                        link.give_back(result)
                         return None
                     receive.done, receive.result = True, result
                 return result
@@ -245,7 +251,7 @@ class SafeAIOConsumer:
     def _give_back_returned(self) -> None:
         returned = self._returned
         while returned:
-            self._consumer._give_back(returned.popleft())
+            self._link.give_back(returned.popleft())
 
     # -- confluent_kafka.aio.AIOConsumer's methods --------------------------------------------
     async def poll(self, *args: Any, **kwargs: Any) -> Message | None:
@@ -255,7 +261,8 @@ class SafeAIOConsumer:
         lane) is handed out here, on the loop, without a thread hop: no call into librdkafka,
         no lock (see :meth:`SafeConsumer.poll`).
         """
-        lane = self._consumer._lane
+        link = self._link
+        lane = link.lane
         if (
             lane
             and not kwargs
@@ -263,7 +270,7 @@ class SafeAIOConsumer:
             and (not args or args[0].__class__ in _TIMEOUT_TYPES)
             and not self._closed
             and not self._returned
-            and _monotonic() < self._consumer._reader.lane_until
+            and _monotonic() < link.reader.lane_until
         ):
             try:
                 return lane.popleft()
@@ -410,7 +417,7 @@ class SafeAIOConsumer:
     def keepalive(self) -> _Keepalive:
         """``async with consumer.keepalive(): await long_work()``: stays in the group, no records."""
         self._check_open("keepalive")
-        return _Keepalive(self)
+        return _Keepalive(self._run, self._consumer)
 
     def process(self, message: Message) -> Any:
         """``with consumer.process(msg): ...``: the processing span (no call into librdkafka)."""

@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -49,7 +48,8 @@ from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Span, SpanKind, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from ._pause import Key
+from ._keys import Key
+from ._version import __version__
 
 if TYPE_CHECKING:
     from ._partitions import PartitionTable
@@ -90,8 +90,6 @@ _GETTER = _HeaderGetter()
 
 
 def _version() -> str:
-    from . import __version__
-
     return __version__
 
 
@@ -157,22 +155,23 @@ class Telemetry:
         """Read the partition table's counters (weakly: a meter provider never keeps a consumer alive)."""
         self._table = weakref.ref(table)
         if self.recording:
-            table.consumed = Counter()
+            table.count_consumed()
 
     # -- observable callbacks (run on the metric reader's thread) -------------------------
-    def _live_gate(self) -> PartitionTable | None:
+    def _live_table(self) -> PartitionTable | None:
+        """The consumer's partition table, while the consumer lives (it holds the counters)."""
         return self._table() if self._table is not None else None
 
     def _observe_consumed(self, _options: CallbackOptions) -> Iterable[Observation]:
-        gate = self._live_gate()
-        if gate is None:
+        table = self._live_table()
+        if table is None:
             return []
-        if gate.consumed is None:
+        if table.consumed is None:
             # An SDK was installed after the consumer was created: count from now on.
-            gate.consumed = Counter()
+            table.count_consumed()
             return []
-        counts = gate.consumed.copy()
-        counts.subtract((m.topic(), m.partition()) for m in list(gate.lane))  # admitted, not yet handed out
+        counts = table.consumed.copy()
+        counts.subtract((m.topic(), m.partition()) for m in list(table.lane))  # admitted, not yet handed out
         return [
             Observation(n, {**self.base, "messaging.destination.name": t, "messaging.destination.partition.id": str(p)})
             for (t, p), n in counts.items()
@@ -182,16 +181,16 @@ class Telemetry:
         """A callback observing the table's integer attribute ``counter``."""
 
         def callback(_options: CallbackOptions) -> Iterable[Observation]:
-            gate = self._live_gate()
-            return [Observation(getattr(gate, counter), self.base)] if gate is not None else []
+            table = self._live_table()
+            return [Observation(getattr(table, counter), self.base)] if table is not None else []
 
         return callback
 
     def _observe_purged(self, _options: CallbackOptions) -> Iterable[Observation]:
-        gate = self._live_gate()
-        if gate is None:
+        table = self._live_table()
+        if table is None:
             return []
-        return [Observation(n, {**self.base, "safeconsumer.purge.reason": r}) for r, n in dict(gate.purged).items()]
+        return [Observation(n, {**self.base, "safeconsumer.purge.reason": r}) for r, n in dict(table.purged).items()]
 
     # -- events ----------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -37,7 +37,7 @@ from ._client import group_generation
 from ._config import redact_config
 from ._consumer import SafeConsumer, delivery_stats
 from ._errors import FatalConsumerError, SafeConsumerError
-from ._pause import Key
+from ._keys import Key
 
 __all__ = ["ConsumeTask", "SparkConsumerFatalError", "TaskFigures", "run_consumer_tasks"]
 

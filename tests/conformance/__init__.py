@@ -4,8 +4,10 @@ The oracle is upstream itself. Every case runs on both classes with the same con
 same arguments, without a broker (``bootstrap.servers`` is a closed local port, every call that
 could wait gets a zero timeout), and must end the same way: the same return value (compared by
 value, ``TopicPartition`` offsets and errors included) and the same ``on_commit`` events, or the
-same exception type and message. A subclass of upstream's exception type whose message starts
-with upstream's message conforms too (SPEC, "Drop-in means upstream's own behaviour").
+same exception type with exactly upstream's ``args`` (normalized by value: a ``KafkaError`` by
+its code, name, text and flags) and message. A subclass of upstream's exception type conforms
+too (SPEC, "Drop-in means upstream's own behaviour"). PEP 678 notes, where SafeConsumer says
+more than upstream, are recorded and shown but never compared (see :mod:`.harness`).
 
 - :mod:`.harness`: running a case on one class, normalizing what it did, comparing, explaining.
 - :mod:`.cases`: the table of argument cases for every public method and the constructor.

@@ -1,10 +1,16 @@
 """Running one case on one class, and comparing what upstream and SafeConsumer did.
 
 A case's *result* is what an application could observe: the outcome of the call (its
-normalized return value, or its exception type and message), the ``on_commit`` events the
+normalized return value, or its exception type, ``args`` and message), the ``on_commit`` events the
 consumer delivered during the call and the ``close()`` that follows it, and the outcome of
 that ``close()``. Values are normalized to plain tuples by value: ``TopicPartition`` compares
-by topic and partition only, so its offset, metadata, leader epoch and error are spelled out.
+by topic and partition only, so its offset, metadata, leader epoch and error are spelled out;
+an exception's ``args`` are normalized the same way (a ``KafkaException``'s ``args[0]`` is a
+``KafkaError``: its code, name, text and flags), memory addresses blanked.
+
+An exception's PEP 678 notes are recorded, and shown in a failure, but never compared: SPEC
+puts what SafeConsumer says beyond upstream (which consumer, which call) into notes, and
+upstream adds none, so a note is never a difference.
 
 Cases that may block forever or crash the interpreter on one of the two classes run in a
 subprocess (``isolated``): their outcome may then also be ``blocked`` or ``crash``.
@@ -60,7 +66,7 @@ Kind = Literal["return", "raise", "blocked", "crash"]
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a call ended: ``("return", value)``, ``("raise", type, message)``, ``blocked`` or ``crash``."""
+    """How a call ended: ``("return", value)``, ``("raise", type, args, message)``, ``blocked`` or ``crash``."""
 
     kind: Kind
     value: object = None
@@ -71,19 +77,26 @@ class Outcome:
     """raise: ``str()`` of the exception, with memory addresses blanked."""
     mro: tuple[str, ...] = ()
     """raise: the qualified names of the exception's class and its bases (for the subclass rule)."""
+    args: tuple[object, ...] = ()
+    """raise: the exception's ``args``, normalized (:func:`normalize_args`); compared exactly."""
+    notes: tuple[str, ...] = ()
+    """raise: its PEP 678 notes, addresses blanked; recorded, never compared."""
 
     def __repr__(self) -> str:
         if self.kind == "raise":
-            return repr(("raise", self.type.removeprefix("builtins."), self.message))
+            shown: tuple[object, ...] = ("raise", self.type.removeprefix("builtins."), self.message)
+            if self.notes:
+                shown += (f"notes={list(self.notes)!r}",)
+            return repr(shown)
         return repr((self.kind, self.value))
 
     def to_literal(self) -> tuple[object, ...]:
-        return (self.kind, self.value, self.type, self.message, self.mro)
+        return (self.kind, self.value, self.type, self.message, self.mro, self.args, self.notes)
 
     @classmethod
     def from_literal(cls, data: Any) -> Outcome:
-        kind, value, type_, message, mro = data
-        return cls(kind, value, type_, message, tuple(mro))
+        kind, value, type_, message, mro, args, notes = data
+        return cls(kind, value, type_, message, tuple(mro), tuple(args), tuple(notes))
 
 
 def _qualified(cls: type) -> str:
@@ -149,17 +162,46 @@ def normalize(value: object, receiver: object = None) -> object:
     raise TypeError(f"the harness cannot normalize a {type(value).__qualname__}: add it to normalize()")
 
 
+def normalize_args(args: tuple[object, ...], receiver: object = None) -> tuple[object, ...]:
+    """An exception's ``args`` as comparable data: each one normalized, addresses blanked.
+
+    An argument :func:`normalize` does not know is compared by its ``repr()``.
+    """
+
+    def blank(value: object) -> object:
+        if isinstance(value, str):
+            return _ADDRESS.sub("0x…", value)
+        if isinstance(value, tuple):
+            return tuple(blank(v) for v in value)
+        return value
+
+    normalized: list[object] = []
+    for arg in args:
+        try:
+            normalized.append(blank(normalize(arg, receiver)))
+        except TypeError:
+            normalized.append(("repr", _ADDRESS.sub("0x…", repr(arg))))
+    return tuple(normalized)
+
+
+def raised(exc: BaseException, receiver: object = None) -> Outcome:
+    """The outcome of a call that raised ``exc``."""
+    return Outcome(
+        "raise",
+        type=_qualified(type(exc)),
+        message=_ADDRESS.sub("0x…", str(exc)),
+        mro=tuple(_qualified(c) for c in type(exc).__mro__),
+        args=normalize_args(exc.args, receiver),
+        notes=tuple(_ADDRESS.sub("0x…", str(n)) for n in getattr(exc, "__notes__", ())),
+    )
+
+
 def outcome(call: Callable[[], object], receiver: object = None) -> Outcome:
-    """Run ``call``: ``("return", normalized value)`` or ``("raise", type, message)``."""
+    """Run ``call``: ``("return", normalized value)`` or ``("raise", type, args, message)``."""
     try:
         value = call()
     except Exception as exc:  # noqa: BLE001 - every exception is an outcome to compare
-        return Outcome(
-            "raise",
-            type=_qualified(type(exc)),
-            message=_ADDRESS.sub("0x…", str(exc)),
-            mro=tuple(_qualified(c) for c in type(exc).__mro__),
-        )
+        return raised(exc, receiver)
     return Outcome("return", normalize(value, receiver))
 
 
@@ -194,14 +236,13 @@ class Result:
 
 
 def outcome_conforms(upstream: Outcome, safe: Outcome) -> bool:
-    """SPEC's rule: the same return, or the same exception type and message.
-
-    A subclass of upstream's exception type whose message starts with upstream's message conforms.
+    """SPEC's rule: the same return, or the same exception type with exactly upstream's ``args``
+    (and so its message). A subclass of upstream's exception type conforms; notes are not compared.
     """
     if upstream.kind != safe.kind:
         return False
     if upstream.kind == "raise":
-        return upstream.type in safe.mro and safe.message.startswith(upstream.message)
+        return upstream.type in safe.mro and upstream.args == safe.args and upstream.message == safe.message
     return upstream.value == safe.value
 
 
@@ -242,7 +283,15 @@ def _explain_outcomes(a: Outcome, b: Outcome) -> str:
         return f"{same}; the message differs only in the class name"
     if _C_PARSER.search(a.message) and _PY_SIGNATURE.search(b.message):
         return f"{same}; argument-parsing message: Python signature vs upstream's C parser"
-    return f"{same}, with a message that does not start with upstream's"
+    return f"{same}, {_explain_message(a, b)}"
+
+
+def _explain_message(a: Outcome, b: Outcome) -> str:
+    if a.message == b.message:
+        return f"the same message, different args: upstream {a.args!r}, SafeConsumer {b.args!r}"
+    if b.message.startswith(a.message):
+        return "with more than upstream's message (put the rest in a note: add_note())"
+    return "with a message that is not upstream's"
 
 
 # -- cases ----------------------------------------------------------------------------------

@@ -258,7 +258,7 @@ class _Uninitialised(SafeConsumer):
 @pytest.mark.parametrize("name", sorted(_ADDITION_CALLS))
 def test_additions_on_a_stopped_consumer_raise_upstreams_closed_error(name: str, state: str) -> None:
     """As upstream's own methods do after close() (and on a subclass that skipped __init__):
-    a RuntimeError whose message starts with upstream's "Consumer closed", naming the call."""
+    a RuntimeError whose args are exactly upstream's ("Consumer closed",), with a note naming the call."""
     assert set(_ADDITION_CALLS) == set(ADDITIONS), "every addition has a call here"
     if state == "closed":
         consumer: SafeConsumer = SafeConsumer(base_config())
@@ -267,12 +267,17 @@ def test_additions_on_a_stopped_consumer_raise_upstreams_closed_error(name: str,
         consumer = _Uninitialised()
     with pytest.raises(RuntimeError) as raised:
         _ADDITION_CALLS[name](consumer)
-    assert str(raised.value).startswith("Consumer closed") and f"{name}()" in str(raised.value), raised.value
+    notes = getattr(raised.value, "__notes__", [])
+    assert raised.value.args == ("Consumer closed",) and any(f"{name}()" in note for note in notes), (
+        raised.value.args,
+        notes,
+    )
 
 
 def test_delivery_stats_reads_final_counts_after_close_and_refuses_an_uninitialised_consumer() -> None:
     consumer = SafeConsumer(base_config())
     consumer.close()
     assert delivery_stats(consumer).delivered == 0
-    with pytest.raises(RuntimeError, match=r"^Consumer closed .*delivery_stats\(\)"):
+    with pytest.raises(RuntimeError, match=r"^Consumer closed\n.*delivery_stats\(\)") as raised:
         delivery_stats(_Uninitialised())
+    assert raised.value.args == ("Consumer closed",)

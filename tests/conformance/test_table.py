@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _same_outcome(a: Outcome, b: Outcome) -> bool:
-    return (a.kind, a.value, a.type, a.message) == (b.kind, b.value, b.type, b.message)
+    return (a.kind, a.value, a.type, a.args, a.message) == (b.kind, b.value, b.type, b.args, b.message)
 
 
 def check(case_id: str, upstream: Result, safe: Result) -> None:

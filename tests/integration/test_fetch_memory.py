@@ -52,7 +52,7 @@ def test_estimate_bounds_the_measured_rss_growth(kafka: KafkaTestKit) -> None:
 @pytest.fixture(autouse=True)
 def _own_process_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """The budget counts every SafeConsumer of the process: here only this test's."""
-    monkeypatch.setattr("safeconsumer._consumer.PROCESS", ProcessFetchMemory())
+    monkeypatch.setattr("safeconsumer._memory.PROCESS", ProcessFetchMemory())
 
 
 SMALL = {"queued.max.messages.kbytes": 1024, "queued.min.messages": 1000, "max.partition.fetch.bytes": 65536}

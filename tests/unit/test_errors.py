@@ -79,3 +79,15 @@ def test_a_fatal_error_is_caught_as_upstream_fatal_errors_are(error: KafkaError)
 def test_a_fatal_error_without_a_kafka_error_reads_as_its_message() -> None:
     fatal = FatalConsumerError("stopped", group_id="g")
     assert str(fatal) == "stopped" and fatal.args == ("stopped",) and isinstance(fatal, KafkaException)
+
+
+def test_a_note_never_changes_args_or_str() -> None:
+    """SPEC: exactly upstream's ``args``; safeconsumer's detail is a PEP 678 note."""
+    from safeconsumer._errors import consumer_closed, with_note
+
+    closed = consumer_closed(("Consumer closed",), "SafeConsumer for group 'g' is closed: cannot call memberid()")
+    assert isinstance(closed, RuntimeError)
+    assert closed.args == ("Consumer closed",) and str(closed) == "Consumer closed"
+    assert closed.__notes__ == ["SafeConsumer for group 'g' is closed: cannot call memberid()"]
+    error = with_note(ValueError("x"), "one")
+    assert with_note(error, "two").__notes__ == ["one", "two"] and error.args == ("x",)

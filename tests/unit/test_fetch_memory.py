@@ -7,6 +7,7 @@ import logging
 import pytest
 
 from safeconsumer import SafeConsumer
+from safeconsumer._keys import READ_AHEAD
 from safeconsumer._memory import (
     FIXED,
     RECORD_OVERHEAD,
@@ -15,7 +16,6 @@ from safeconsumer._memory import (
     estimate,
     parse_budget,
 )
-from safeconsumer._reader import READ_AHEAD
 
 MiB = 1 << 20
 

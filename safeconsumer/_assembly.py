@@ -1,0 +1,152 @@
+"""How a SafeConsumer's parts are built and wired: who may tell whom what.
+
+The facade (:mod:`._consumer`) judges the config and its options, creates the underlying
+client, then calls :func:`assemble` once. The wiring, read top to bottom:
+
+- the client boundary (:class:`._client.RawClient`) reports a fatal error to the lifecycle
+  (``Lifecycle.fail``), every error code to the rebalance explainer, and a given-up
+  committed-offset fetch to the rebalancer;
+- the rebalancer asks the lifecycle whether the consumer is closing, and tells the fetch-memory
+  share how many partitions it owns after every change;
+- the reader reads through the client into the table, hands out through the gate, and asks the
+  rebalancer to serve deferred ``on_lost`` callbacks and due re-queries;
+- the keeper reaches the consumer only through a :class:`._lifecycle.KeepaliveLink`;
+- the lifecycle is given every part it closes or stops (``Lifecycle.bind``).
+
+Nothing here runs after construction.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
+
+from ._client import RawClient
+from ._delivery import DeliveryGate
+from ._health import GroupDescriber, RebalanceExplainer
+from ._keepalive import KeepaliveMode, Keeper
+from ._lifecycle import FatalPolicy, KeepaliveLink, Lifecycle, State
+from ._memory import ConsumerBudget, parse_budget
+from ._offsets import Offsets
+from ._partitions import PartitionTable
+from ._pause import PauseLedger
+from ._reader import Reader
+from ._rebalance import Rebalancer
+from ._retry import CommitRetry
+from ._upstream import is_incremental, protocol_label
+from .otel import Telemetry
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A consumer's parts, each owning one responsibility (see docs/architecture.md)."""
+
+    lock: threading.RLock
+    life: Lifecycle
+    ledger: PauseLedger
+    table: PartitionTable
+    client: RawClient
+    gate: DeliveryGate
+    telemetry: Telemetry
+    explainer: RebalanceExplainer
+    rebalancer: Rebalancer
+    reader: Reader
+    offsets: Offsets
+    keeper: Keeper
+
+
+def check_options(
+    keepalive: object, on_fatal: object, explain_rebalances: object, fetch_memory_budget: object, commit_retry: object
+) -> int | None:
+    """SafeConsumer's keyword options, judged in this order before the client is created; returns
+    the fetch-memory budget in bytes (None: no budget)."""
+    if keepalive not in ("auto", "off"):
+        raise ValueError(f"keepalive must be 'auto' or 'off', got {keepalive!r}")
+    if on_fatal not in ("raise", "exit"):
+        raise ValueError(f"on_fatal must be 'raise' or 'exit', got {on_fatal!r}")
+    if not isinstance(explain_rebalances, bool):
+        raise TypeError(f"explain_rebalances must be a bool, got {type(explain_rebalances).__name__}")
+    budget = parse_budget(fetch_memory_budget)
+    if commit_retry is not None and not isinstance(commit_retry, CommitRetry):
+        raise TypeError(f"commit_retry must be a CommitRetry or None, got {type(commit_retry).__name__}")
+    return budget
+
+
+def assemble(
+    consumer: Consumer,
+    config: Mapping[str, Any],
+    *,
+    auto_store: bool,
+    budget: ConsumerBudget,
+    member_id: Callable[[], str | None],
+    on_fatal: FatalPolicy,
+    keepalive: KeepaliveMode,
+    keepalive_after: float,
+    keepalive_max: float,
+    max_poll_s: float,
+    commit_retry: CommitRetry | None,
+    meter_provider: MeterProvider | None,
+    tracer_provider: TracerProvider | None,
+    explain_rebalances: bool,
+) -> Parts:
+    """Build and wire the parts of ``consumer`` (already created with ``config``)."""
+    group_id = str(config.get("group.id", ""))
+    lock = threading.RLock()
+    life = Lifecycle(lock, group_id, on_fatal, State.OPEN)
+    ledger = PauseLedger()
+    table = PartitionTable()
+    client = RawClient(consumer, group_id, life.fail)
+    client.instance_id = str(config["group.instance.id"]) if config.get("group.instance.id") else None
+    gate = DeliveryGate(table, client, auto_store=auto_store)
+    telemetry = Telemetry(group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
+    telemetry.bind(table)
+    protocol = protocol_label(config)
+    explainer = RebalanceExplainer(
+        group_id=group_id,
+        protocol=protocol,
+        telemetry=telemetry,
+        describer=GroupDescriber(config, group_id) if explain_rebalances and group_id else None,
+        member_id=member_id,
+        owned=lambda: len(table.owned),
+    )
+    client.on_error = explainer.error_seen
+    rebalancer = Rebalancer(
+        consumer,
+        client,
+        table=table,
+        ledger=ledger,
+        gate=gate,
+        telemetry=telemetry,
+        incremental=is_incremental(config),
+        protocol=protocol,
+        explainer=explainer,
+        closing=life.stopping,
+        owned_changed=budget.owned,
+        # Long enough for a partition that did start to hand over what it fetched (an empty
+        # fetch answers after fetch.wait.max.ms).
+        requery_delay=float(config.get("fetch.wait.max.ms", 500)) / 1000 + 0.5,
+    )
+    client.on_failed_offset_fetch = rebalancer.failed_offset_fetch
+    reader = Reader(client, table, gate, rebalancer, real_call_every=min(1.0, max_poll_s / 10))
+    offsets = Offsets(
+        life=life, client=client, table=table, gate=gate, rebalancer=rebalancer, commit_retry=commit_retry
+    )
+    link = KeepaliveLink(life, reader, rebalancer.set_parked, telemetry)
+    keeper = Keeper(link, mode=keepalive, after=keepalive_after, ceiling=keepalive_max)
+    life.bind(
+        client=client,
+        table=table,
+        gate=gate,
+        rebalancer=rebalancer,
+        keeper=keeper,
+        explainer=explainer,
+        telemetry=telemetry,
+        budget=budget,
+    )
+    return Parts(lock, life, ledger, table, client, gate, telemetry, explainer, rebalancer, reader, offsets, keeper)

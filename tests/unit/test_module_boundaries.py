@@ -1,0 +1,144 @@
+"""The package's shape, checked from its source: no object reaches into another's private
+attributes, and no module imports another that (directly or not) imports it back.
+
+STYLE 7: two objects that read and write each other's private attributes are one object in
+disguise; they talk through named methods or a small interface instead (``KeepaliveHost``,
+``AsyncLink``). Import circles, ``TYPE_CHECKING`` and function-level imports included, make
+the layering unreadable and drag modules into places they do not belong.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import safeconsumer
+
+PACKAGE = Path(safeconsumer.__file__).resolve().parent
+
+#: (module, enclosing function) -> why it may read another object's private attributes.
+#: Keep it tiny: every entry is a design decision, not a convenience.
+PRIVATE_ACCESS_ALLOWED = {
+    ("_consumer.py", "delivery_stats"): (
+        "SPEC keeps the consumer's namespace upstream's plus its additions, so the facade's own "
+        "module offers this as a function; it reads the consumer it belongs to"
+    ),
+    ("_consumer.py", "async_link"): (
+        "as delivery_stats: the facade's module hands safeconsumer.aio its one view of the "
+        "consumer (AsyncLink), instead of aio reading the consumer's attributes"
+    ),
+}
+
+
+def _sources() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _names_bound_at_module_level(tree: ast.Module) -> set[str]:
+    """Imported names and classes: ``Consumer._x``/``KafkaError._CODE`` are class members, not an object's state."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    names.update(node.name for node in tree.body if isinstance(node, ast.ClassDef))
+    return names
+
+
+def _private_accesses(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bound = _names_bound_at_module_level(tree)
+    found: list[str] = []
+
+    def visit(node: ast.AST, function: str | None) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name if function is None else function
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.endswith("__"):
+            owner = node.value
+            own = isinstance(owner, ast.Name) and (owner.id in ("self", "cls") or owner.id in bound)
+            allowed = (str(path.relative_to(PACKAGE)), function) in PRIVATE_ACCESS_ALLOWED
+            if not own and not allowed:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, function if not isinstance(node, ast.Module) else None)
+
+    visit(tree, None)
+    return found
+
+
+def test_no_object_reads_or_writes_another_objects_private_attributes() -> None:
+    found = [hit for path in _sources() for hit in _private_accesses(path)]
+    assert not found, "private attributes of another object (add a named method or interface):\n" + "\n".join(found)
+
+
+def test_the_private_access_allow_list_is_still_needed() -> None:
+    """An entry whose function no longer reads private attributes must go."""
+    for module, function in PRIVATE_ACCESS_ALLOWED:
+        tree = ast.parse((PACKAGE / module).read_text(encoding="utf-8"))
+        body = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+        reads = [
+            n
+            for n in ast.walk(body)
+            if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.endswith("__")
+        ]
+        assert reads, f"{module}:{function} reads no private attribute: drop it from the allow-list"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports anywhere (TYPE_CHECKING and function bodies too)."""
+    modules = {_module_name(path): path for path in _sources()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                candidates = [module] + [f"{module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                candidates = [alias.name for alias in node.names]
+            else:
+                continue
+            targets.update(c for c in candidates if c in modules and c != name)
+        graph[name] = targets
+    return graph
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle, if there is any (depth-first search)."""
+    done: set[str] = set()
+
+    def walk(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for target in sorted(graph[node]):
+            circle = walk(target, [*path, node])
+            if circle:
+                return circle
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        circle = walk(start, [])
+        if circle:
+            return circle
+    return None
+
+
+def test_no_import_circle_among_the_package_modules() -> None:
+    graph = _imports()
+    assert graph.get("safeconsumer._consumer"), "the scan found the modules"
+    circle = _circle(graph)
+    assert circle is None, "import circle: " + " -> ".join(circle or [])
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _circle({"a": {"b"}, "b": set()}) is None
