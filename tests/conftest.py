@@ -21,10 +21,18 @@ BROKER_FIXTURES = frozenset(
 )
 
 
+#: Fixtures that start a broker with overrides: under ``make test``'s parallel phase the tests using
+#: them share one worker (``--dist loadgroup``), so only that worker starts such a broker.
+OVERRIDE_BROKER_FIXTURES = frozenset({"kafka_broker_factory", "full_group_kafka"})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if BROKER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.kafka)
+        if OVERRIDE_BROKER_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.xdist_group("override-brokers"))
 
 
 @pytest.fixture(params=PROTOCOLS)

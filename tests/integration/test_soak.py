@@ -4,9 +4,14 @@ I1/I2/I4 violation, nothing left paused. ``make soak`` runs the long one."""
 
 from __future__ import annotations
 
+import pytest
+
 from safeconsumer.testing import KafkaTestKit, Protocol
 
 from ..soak.run import run_soak
+
+# Member processes killed and started at random take both cores: alone, after the parallel phase.
+pytestmark = pytest.mark.serial
 
 #: Chaos time per protocol; with member start-up and the final drain the test takes about 30 s.
 SECONDS = 20.0

@@ -25,6 +25,9 @@ from safeconsumer.testing import Broker, KafkaTestKit
 
 from ..support import check_n_in_exactly_n_processed_then_nothing, run_fatal_spark_job
 
+# Spark's JVMs take both cores for a while: alone, after the parallel phase.
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture(scope="module")
 def cluster_spark() -> Iterator[Any]:
