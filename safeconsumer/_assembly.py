@@ -1,7 +1,7 @@
 """How a SafeConsumer's parts are built and wired: who may tell whom what.
 
-The facade (:mod:`._consumer`) judges the config and its options, creates the underlying
-client, then calls :func:`assemble` once. The wiring, read top to bottom:
+The facade (:mod:`._consumer`) has :func:`judge` judge the config and its options, creates the
+underlying client, then calls :func:`assemble` once. The wiring, read top to bottom:
 
 - the client boundary (:class:`._client.RawClient`) reports a fatal error to the lifecycle
   (``Lifecycle.fail``), every error code to the rebalance explainer, and a given-up
@@ -39,7 +39,7 @@ from ._pause import PauseLedger
 from ._reader import Reader
 from ._rebalance import Rebalancer
 from ._retry import CommitRetry
-from ._upstream import is_incremental, protocol_label
+from ._upstream import auto_store_setting, config_of, is_incremental, positive, protocol_label
 from .otel import Telemetry
 
 
@@ -61,6 +61,63 @@ class Parts:
     keeper: Keeper
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The config librdkafka is given and SafeConsumer's keyword options, judged (see :func:`judge`)."""
+
+    config: dict[str, Any]
+    auto_store: bool
+    budget: int | None
+    keepalive: KeepaliveMode
+    keepalive_after: float | None
+    keepalive_max: float | None
+    on_fatal: FatalPolicy
+    commit_retry: CommitRetry | None
+    meter_provider: MeterProvider | None
+    tracer_provider: TracerProvider | None
+    explain_rebalances: bool
+
+
+def judge(
+    conf: object,
+    more: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    keepalive: KeepaliveMode,
+    keepalive_after: float | None,
+    keepalive_max: float | None,
+    on_fatal: FatalPolicy,
+    commit_retry: CommitRetry | None,
+    meter_provider: MeterProvider | None,
+    tracer_provider: TracerProvider | None,
+    explain_rebalances: bool,
+    fetch_memory_budget: int | None,
+) -> Settings:
+    """Called by ``SafeConsumer.__init__`` before the client is created: the config judged as
+    confluent_kafka and librdkafka judge it, then the options, in this order. The config
+    returned has ``enable.auto.offset.store`` false: the gate stores offsets itself, once
+    records are processed (see _delivery); ``auto_store`` is the application's setting."""
+    config = config_of(conf, more, kwargs)
+    budget = check_options(keepalive, on_fatal, explain_rebalances, fetch_memory_budget, commit_retry)
+    positive("keepalive_after", keepalive_after, 1.0)
+    positive("keepalive_max", keepalive_max, 1.0)
+    auto_store = auto_store_setting(config)
+    config["enable.auto.offset.store"] = False
+    return Settings(
+        config,
+        auto_store,
+        budget,
+        keepalive,
+        keepalive_after,
+        keepalive_max,
+        on_fatal,
+        commit_retry,
+        meter_provider,
+        tracer_provider,
+        explain_rebalances,
+    )
+
+
 def check_options(
     keepalive: object, on_fatal: object, explain_rebalances: object, fetch_memory_budget: object, commit_retry: object
 ) -> int | None:
@@ -78,25 +135,20 @@ def check_options(
     return budget
 
 
-def assemble(
-    consumer: Consumer,
-    config: Mapping[str, Any],
-    *,
-    auto_store: bool,
-    budget: ConsumerBudget,
-    member_id: Callable[[], str | None],
-    on_fatal: FatalPolicy,
-    keepalive: KeepaliveMode,
-    keepalive_after: float,
-    keepalive_max: float,
-    max_poll_s: float,
-    commit_retry: CommitRetry | None,
-    meter_provider: MeterProvider | None,
-    tracer_provider: TracerProvider | None,
-    explain_rebalances: bool,
-) -> Parts:
-    """Build and wire the parts of ``consumer`` (already created with ``config``)."""
+def assemble(consumer: Consumer, settings: Settings, *, member_id: Callable[[], str | None]) -> Parts:
+    """Called once by ``SafeConsumer.__init__``, after the client was created with
+    ``settings.config``: build and wire the parts of ``consumer``, and count it in the process's
+    fetch memory. Raises ``ValueError`` (the client closed) if it alone exceeds its budget."""
+    config = settings.config
     group_id = str(config.get("group.id", ""))
+    try:
+        budget = ConsumerBudget(id(consumer), config, settings.budget, group_id)
+    except ValueError:
+        Consumer.close(consumer)
+        raise
+    max_poll_s = float(config.get("max.poll.interval.ms", 300000)) / 1000
+    auto_store, on_fatal, explain_rebalances = settings.auto_store, settings.on_fatal, settings.explain_rebalances
+    meter_provider, tracer_provider = settings.meter_provider, settings.tracer_provider
     lock = threading.RLock()
     life = Lifecycle(lock, group_id, on_fatal, State.OPEN)
     ledger = PauseLedger()
@@ -135,10 +187,15 @@ def assemble(
     client.on_failed_offset_fetch = rebalancer.failed_offset_fetch
     reader = Reader(client, table, gate, rebalancer, real_call_every=min(1.0, max_poll_s / 10))
     offsets = Offsets(
-        life=life, client=client, table=table, gate=gate, rebalancer=rebalancer, commit_retry=commit_retry
+        life=life, client=client, table=table, gate=gate, rebalancer=rebalancer, commit_retry=settings.commit_retry
     )
     link = KeepaliveLink(life, reader, rebalancer.set_parked, telemetry)
-    keeper = Keeper(link, mode=keepalive, after=keepalive_after, ceiling=keepalive_max)
+    keeper = Keeper(
+        link,
+        mode=settings.keepalive,
+        after=positive("keepalive_after", settings.keepalive_after, max_poll_s / 2),
+        ceiling=positive("keepalive_max", settings.keepalive_max, max_poll_s * 10),
+    )
     life.bind(
         client=client,
         table=table,
@@ -149,4 +206,5 @@ def assemble(
         telemetry=telemetry,
         budget=budget,
     )
+    budget.join(consumer)
     return Parts(lock, life, ledger, table, client, gate, telemetry, explainer, rebalancer, reader, offsets, keeper)

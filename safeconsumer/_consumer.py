@@ -35,12 +35,11 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, TracerProvider
 
-from ._assembly import assemble, check_options
+from ._assembly import assemble, judge
 from ._config import redact_config
 from ._delivery import DeliveryStats
 from ._keepalive import KeepaliveMode
 from ._lifecycle import AsyncLink, FatalPolicy, Lifecycle, State
-from ._memory import ConsumerBudget
 from ._pause import PauseState, parse_topic_entries
 from ._rebalance import RebalanceCallback
 from ._retry import CommitRetry
@@ -49,13 +48,13 @@ from ._upstream import NO_CONF as _NO_CONF
 from ._upstream import TIMEOUT_TYPES as _TIMEOUT_TYPES
 from ._upstream import WHOLE_CONSUMER as _WHOLE_CONSUMER
 from ._upstream import (
-    auto_store_setting,
-    config_of,
     consume_arguments,
     given,
+    given_callbacks,
+    partition_key,
     partition_keys,
     poll_timeout,
-    positive,
+    rebalance_callbacks,
     show_upstream_signatures,
     stopped,
     upstream_arguments,
@@ -135,38 +134,23 @@ class SafeConsumer(Consumer):
             consumer alone exceeds it before owning any partition.
         """
         # The config is judged as confluent_kafka and librdkafka judge it, before anything else.
-        config = config_of(conf, more, kwargs)
-        budget = check_options(keepalive, on_fatal, explain_rebalances, fetch_memory_budget, commit_retry)
-        positive("keepalive_after", keepalive_after, 1.0)
-        positive("keepalive_max", keepalive_max, 1.0)
-        auto_store = auto_store_setting(config)
-        # The gate stores offsets itself, once records are processed (see _delivery).
-        config["enable.auto.offset.store"] = False
-        logger.debug("creating SafeConsumer with config %s", redact_config(config))
-        super().__init__(config)  # librdkafka judges every other setting here
-        group_id = str(config.get("group.id", ""))
-        try:
-            fetch_budget = ConsumerBudget(id(self), config, budget, group_id)
-        except ValueError:
-            Consumer.close(self)
-            raise
-        max_poll_s = float(config.get("max.poll.interval.ms", 300000)) / 1000
-        parts = assemble(
-            self,
-            config,
-            auto_store=auto_store,
-            budget=fetch_budget,
-            member_id=self._member_id,
-            on_fatal=on_fatal,
+        settings = judge(
+            conf,
+            more,
+            kwargs,
             keepalive=keepalive,
-            keepalive_after=positive("keepalive_after", keepalive_after, max_poll_s / 2),
-            keepalive_max=positive("keepalive_max", keepalive_max, max_poll_s * 10),
-            max_poll_s=max_poll_s,
+            keepalive_after=keepalive_after,
+            keepalive_max=keepalive_max,
+            on_fatal=on_fatal,
             commit_retry=commit_retry,
             meter_provider=meter_provider,
             tracer_provider=tracer_provider,
             explain_rebalances=explain_rebalances,
+            fetch_memory_budget=fetch_memory_budget,
         )
+        logger.debug("creating SafeConsumer with config %s", redact_config(settings.config))
+        super().__init__(settings.config)  # librdkafka judges every other setting here
+        parts = assemble(self, settings, member_id=self._member_id)
         self._lock, self._life, self._ledger, self._table = parts.lock, parts.life, parts.ledger, parts.table
         self._client, self._gate, self._telemetry = parts.client, parts.gate, parts.telemetry
         self._rebalancer, self._reader, self._offsets, self._keeper = (
@@ -177,7 +161,6 @@ class SafeConsumer(Consumer):
         )
         #: poll()'s fast lane (the table's; see Reader).
         self._lane = parts.table.lane  # type: ignore[misc]  # the instance's own, not the class default
-        fetch_budget.join(self)
 
     def __repr__(self) -> str:
         return f"<SafeConsumer group={self._life.group_id!r} {self._life.state.value}>"
@@ -205,19 +188,12 @@ class SafeConsumer(Consumer):
         on_revoke: RebalanceCallback | None = _NO_CALLBACK,
         on_lost: RebalanceCallback | None = _NO_CALLBACK,
     ) -> None:
-        given_callbacks = {
-            name: cb
-            for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost))
-            if cb is not _NO_CALLBACK
-        }
         if self._life.state is _CLOSED:
-            self._stopped(Consumer.subscribe, "subscribe", topics, **given_callbacks)
+            self._stopped(Consumer.subscribe, "subscribe", topics, **given_callbacks(on_assign, on_revoke, on_lost))
             return
-        if not all(callable(cb) for cb in given_callbacks.values()):
-            Consumer.subscribe(self, topics, **cast("dict[str, Any]", given_callbacks))  # upstream's TypeError
-            raise TypeError("rebalance callbacks must be callable")  # pragma: no cover - upstream raised
+        callbacks = rebalance_callbacks(self, topics, on_assign, on_revoke, on_lost)
         with self._lock:
-            self._rebalancer.subscribe(topics, given_callbacks)
+            self._rebalancer.subscribe(topics, callbacks)
 
     @upstream_arguments
     def unsubscribe(self) -> None:
@@ -369,15 +345,7 @@ class SafeConsumer(Consumer):
         """Whether this consumer owns that partition right now (a TopicPartition, Message or key)."""
         if self._life.state is _CLOSED:
             raise self._life.closed_error("owns")
-        if isinstance(tp_or_message, TopicPartition):
-            key = (tp_or_message.topic, tp_or_message.partition)
-        elif isinstance(tp_or_message, Message):
-            key = (cast(str, tp_or_message.topic()), cast(int, tp_or_message.partition()))
-        elif isinstance(tp_or_message, tuple) and len(tp_or_message) == 2:
-            key = (str(tp_or_message[0]), int(tp_or_message[1]))
-        else:
-            raise TypeError(f"owns() takes a TopicPartition, a Message or (topic, partition), got {tp_or_message!r}")
-        return key in self._table.owned
+        return partition_key(tp_or_message) in self._table.owned
 
     # -- pause ---------------------------------------------------------------------------
     @upstream_arguments

@@ -179,6 +179,34 @@ def partition_keys(consumer: Consumer, partitions: object, method: str) -> list[
     return [(tp.topic, tp.partition) for tp in cast("list[TopicPartition]", partitions)]
 
 
+def given_callbacks(on_assign: object, on_revoke: object, on_lost: object) -> dict[str, Any]:
+    """The rebalance callbacks subscribe() was given (an explicit None included), by name."""
+    named = (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost))
+    return {name: cb for name, cb in named if cb is not NO_CALLBACK}
+
+
+def rebalance_callbacks(
+    consumer: Consumer, topics: list[str], on_assign: object, on_revoke: object, on_lost: object
+) -> dict[str, Any]:
+    """subscribe()'s given callbacks; if one is not callable, upstream's subscribe() raises its TypeError."""
+    callbacks = given_callbacks(on_assign, on_revoke, on_lost)
+    if not all(callable(cb) for cb in callbacks.values()):
+        Consumer.subscribe(consumer, topics, **callbacks)  # upstream's TypeError
+        raise TypeError("rebalance callbacks must be callable")  # pragma: no cover - upstream raised
+    return callbacks
+
+
+def partition_key(tp_or_message: object) -> Key:
+    """The key of what ``owns()`` takes: a TopicPartition, a Message or a (topic, partition) pair."""
+    if isinstance(tp_or_message, TopicPartition):
+        return (tp_or_message.topic, tp_or_message.partition)
+    if isinstance(tp_or_message, Message):
+        return (cast(str, tp_or_message.topic()), cast(int, tp_or_message.partition()))
+    if isinstance(tp_or_message, tuple) and len(tp_or_message) == 2:
+        return (str(tp_or_message[0]), int(tp_or_message[1]))
+    raise TypeError(f"owns() takes a TopicPartition, a Message or (topic, partition), got {tp_or_message!r}")
+
+
 def poll_timeout(consumer: Consumer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
     """The timeout of a poll() called otherwise than ``poll(number)``; upstream refuses the rest."""
     if not args and kwargs.keys() == {"timeout"}:
