@@ -103,6 +103,11 @@ class Rebalancer:
         #: close() (or a fatal stop) has begun: revocations are final. The consumer's lifecycle answers.
         self._closing = closing
         #: Partitions owned when unsubscribe() was called: their coming revocation is final.
+        #: Set by :meth:`unsubscribed`, emptied key by key in :meth:`_left`. It stays here, not in
+        #: the partition table: it is a fact about the rebalance in progress (an eager revocation
+        #: that no re-assignment follows), read only at the moment the partitions leave, and its
+        #: timing (unsubscribe, then librdkafka's revoke callback inside a later poll) is covered
+        #: only by broker tests (tests/integration/test_lifecycle_paths.py, test_pause_random_walk.py).
         self._unsubscribed: set[Key] = set()
         #: Parking as applied: every owned partition paused in librdkafka and at the gate. Not the
         #: same fact as ``Keeper.parked`` (the keeper's decision, taken under its own condition):
@@ -122,7 +127,14 @@ class Rebalancer:
         #: Finds and reports each rebalance's cause.
         self._explainer = explainer
         #: Partitions the application assigned to start from their committed offset (librdkafka
-        #: fetches it first), and those whose fetch librdkafka gave up (see _requery).
+        #: fetches it first), and those whose fetch librdkafka gave up (see _requery). Changed by
+        #: :meth:`assign` (replaced), :meth:`incremental_assign` (added), :meth:`unassign` and
+        #: :meth:`seeked` (removed); read only by :meth:`requery_due`. It stays here, not in the
+        #: partition table: it is a fact about how the application's assign() call started a
+        #: partition, it outlives the table's entry (a partition revoked and given back by an
+        #: incremental call keeps it until unassigned, and requery_due filters by ownership),
+        #: only the re-query reads it, and that path is covered only by broker tests
+        #: (tests/integration/test_coordinator_moves.py).
         self._from_committed: set[Key] = set()
         self.requery = Requery(requery_delay)
         #: Told how many partitions are owned after every assignment change (fetch memory).

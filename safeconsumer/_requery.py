@@ -50,12 +50,18 @@ class Requery:
     def __init__(self, first_delay: float = FIRST_DELAY) -> None:
         self.due = 0.0
         self.first_delay = max(FIRST_DELAY, first_delay)
+        #: The partitions waiting (None: all that wait for their offset). Per partition, yet kept
+        #: here rather than in the partition table: it is the backoff's schedule, not a partition's
+        #: state (taken whole when due, forgotten whole on assign()), and this class stays pure so
+        #: that its unit tests need neither table nor client. Changed by failed(), take(), forget().
         self._keys: set[Key] | None = set()
         self._failures = 0
         self._last_failure = float("-inf")
 
     def failed(self, keys: Iterable[Key] | None, now: float) -> float:
-        """librdkafka gave up on ``keys`` (None: a whole request). Returns the delay chosen."""
+        """Called by the rebalancer for an error event (not subscribed): librdkafka gave up on
+        ``keys`` (None: a whole request). They wait; ``due`` moves earlier if the backoff says so.
+        Returns the delay chosen."""
         if now - self._last_failure > FORGET_AFTER:
             self._failures = 0
         self._last_failure = now
@@ -69,12 +75,14 @@ class Requery:
         return delay
 
     def take(self) -> set[Key] | None:
-        """The partitions to assign again now (None: all that wait for their offset); none wait after."""
+        """Called by the rebalancer's requery_due() when ``due`` passed: the partitions to assign
+        again now (None: all that wait for their offset); none wait after, ``due`` is 0."""
         keys, self._keys, self.due = self._keys, set(), 0.0
         return keys
 
     def forget(self, keys: Iterable[Key] | None) -> None:
-        """Partitions that left or got an explicit position (None: all): nothing to do for them."""
+        """Called by the rebalancer when partitions left or got an explicit position (None: all, on
+        assign()/unassign()): they no longer wait; ``due`` is 0 once none does."""
         if keys is None:
             self._keys, self.due = set(), 0.0
             return
