@@ -93,7 +93,11 @@ class DeliveryGate:
 
     # -- the gate ------------------------------------------------------------------------
     def admit(self, msg: Message) -> Message | None:
-        """Return ``msg`` if the application may have it now, else keep or drop it."""
+        """Return ``msg`` if the application may have it now, else keep or drop it.
+
+        Called by the reader's poll() for a record read while ownership or pause may have changed (lock held).
+        Changes the table: deliver_one(), hold() or dropped_unowned().
+        """
         if msg.error() is not None:
             return msg
         table = self._table
@@ -113,6 +117,8 @@ class DeliveryGate:
 
         librdkafka returns records only of partitions it has assigned, so ownership holds
         without looking at the record's partition; only an error event needs a look.
+
+        Called by the reader's poll() (lock held). Changes the table through deliver_one().
         """
         if msg.error() is not None:
             return msg
@@ -125,6 +131,9 @@ class DeliveryGate:
         which are never laned), with nothing withheld waiting to go first, goes in; otherwise
         the caller reads it through :meth:`admit`. The records count as delivered from here;
         :meth:`PartitionTable.unlane` takes back those not yet handed out.
+
+        Called by the reader's poll() for a fresh batch (lock held). Changes the table: count_delivered() and
+        fill_lane().
         """
         table = self._table
         if errors or table.maybe_releasable or not self._deliverable(msgs, unchanged=unchanged):
@@ -139,6 +148,9 @@ class DeliveryGate:
         librdkafka returns records only of partitions it has assigned (revocation purges its
         queues), so with nothing paused either, every record may go out. ``errors``: the
         batch may hold error events (the client boundary already looked).
+
+        Called by the reader's consume() and _consume_waiting() (lock held). Changes the table: deliver, hold or
+        drop per record.
         """
         if not errors and self._deliverable(msgs, unchanged=unchanged):
             self._table.count_delivered(msgs)
@@ -183,7 +195,11 @@ class DeliveryGate:
         return out
 
     def release(self, limit: int) -> list[Message]:
-        """Up to ``limit`` withheld records whose partition is owned and no longer paused, in order."""
+        """Up to ``limit`` withheld records whose partition is owned and no longer paused, in order.
+
+        Called by the reader's poll(), consume() and _consume_waiting() (lock held). Changes the table through
+        release().
+        """
         return self._table.release(limit) if self._table.maybe_releasable else []
 
     # -- offsets -------------------------------------------------------------------------
@@ -195,6 +211,9 @@ class DeliveryGate:
         The others are dropped, counted and logged: writing them would move another
         member's position, or commit past records the next owner has not read. ``among``:
         only partitions in it are judged (the ones a retried commit owned when it began).
+
+        Called by Offsets.commit()/store() through _committable() and store() (lock held). Changes the table's
+        ``offsets_dropped`` (refused_offsets()).
         """
         owned = self._table.owned
         kept = [
@@ -216,6 +235,9 @@ class DeliveryGate:
         ``came_back``: the commit is the application coming back after what it holds (I8), so
         that is processed and stored first; a commit from a rebalance callback is not (it may
         run on the keepalive thread while the application still works).
+
+        Called by Offsets._commit_once() (lock held). Changes the table (came_back()) and librdkafka's stored
+        offsets (flush()), then commits.
         """
         if offsets is None:
             if came_back:
@@ -239,6 +261,10 @@ class DeliveryGate:
         to us. Where a record it returned is not processed yet (withheld, read ahead, in the
         lane, or outstanding), the first of them is stored instead: everything before it was
         processed. One ``position()`` call per store, no per-record bookkeeping.
+
+        Called by the reader when the app comes back, by commit(), and by the facade's unsubscribe(), the
+        rebalancer (before every assignment change) and the lifecycle's close() with ``force`` (lock held).
+        Stores offsets in librdkafka; changes the table's ``dirty`` and seek targets (stored(), seek_passed()).
         """
         table = self._table
         if not table.dirty or not self.auto_store:

@@ -116,6 +116,9 @@ class Keeper:
         """The application's poll()/consume() (client lock held): end an automatic parked span.
 
         The first call also starts the watchdog: from then on it measures idleness.
+
+        Called by the facade's poll()/consume(). Changes ``app_active``, ``auto_parked``, the idle clock; starts
+        the thread or un-parks through the host.
         """
         if not self.app_active:
             self.app_active = True
@@ -130,6 +133,9 @@ class Keeper:
             self._unpark()
 
     def enter(self) -> None:
+        """Called by the facade's keepalive() on entry, on the application's thread. Parks the consumer (through
+        the host) on the first nesting level; changes ``_depth``; starts the thread.
+        """
         with self._cond:
             self._depth += 1
             first = self._depth == 1 and not self.auto_parked
@@ -140,6 +146,9 @@ class Keeper:
             self._cond.notify_all()
 
     def exit(self) -> None:
+        """Called by the facade's keepalive() on exit while the consumer is open. Un-parks on the last nesting
+        level (restarting the idle clock); changes ``_depth``.
+        """
         with self._cond:
             self._depth -= 1
             last = self._depth == 0 and not self.auto_parked
@@ -157,6 +166,9 @@ class Keeper:
         Pass ``join=False`` while holding the client lock: the keeper may be waiting for it.
         ``wake=False, join=False``: only mark it stopped (it polls no more, and ends when it
         next wakes), without handing it the interpreter now; a later ``stop()`` ends it.
+
+        Called by the lifecycle's close() (twice: marked, then joined outside the lock) and fail(). Sets
+        ``_stop``; ends an open parked span.
         """
         with self._cond:
             self._stop = True

@@ -125,7 +125,10 @@ class Lifecycle:
         return cls(threading.RLock(), "", "raise", State.CLOSED)
 
     def bind(self, **parts: object) -> None:
-        """The consumer's parts, once built (the client needs :meth:`fail` first)."""
+        """The consumer's parts, once built (the client needs :meth:`fail` first).
+
+        Called once by _assembly.assemble(). Sets the parts close() and fail() act on.
+        """
         self._parts = _Parts(**parts)  # type: ignore[arg-type]
 
     # -- reading ---------------------------------------------------------------------------
@@ -147,18 +150,30 @@ class Lifecycle:
 
     # -- errors of the application's callbacks on the keepalive thread -----------------------
     def defer(self, error: BaseException) -> None:
-        """Called by the keeper's link (lock held): the application's next call raises ``error``."""
+        """Called by the keeper's link (lock held): the application's next call raises ``error``.
+
+        Changes ``_deferred``.
+        """
         self._deferred = error
 
     def raise_deferred(self) -> None:
-        """Called by the facade's poll()/consume() (lock held): raise a deferred error, once."""
+        """Called by the facade's poll()/consume() (lock held): raise a deferred error, once.
+
+        Clears ``_deferred``.
+        """
         error, self._deferred = self._deferred, None
         if error is not None:
             raise error
 
     # -- transitions -------------------------------------------------------------------------
     def close(self) -> None:
-        """OPEN -> CLOSING -> CLOSED: the application's close(). Calling it again does nothing."""
+        """OPEN -> CLOSING -> CLOSED: the application's close(). Calling it again does nothing.
+
+        Called by the facade's close() and __exit__(), on any thread. Changes ``state`` (CLOSING,
+        then CLOSED); through the parts: stops the keeper and the explainer, counts what the app
+        holds as processed and stores it, runs pending on_lost callbacks, leaves the fetch-memory
+        budget, closes librdkafka and clears the table.
+        """
         parts = self._parts
         if self.state is not State.OPEN or parts is None:
             return
@@ -205,6 +220,9 @@ class Lifecycle:
         """Stop at once: no more joins or heartbeats, close, remember, apply the exit policy, raise.
 
         The client boundary calls this for every fatal error, returned or raised, on any thread.
+
+        Changes ``state`` and ``fatal``; stops storing, clears the table, stops the keeper and explainer, closes
+        the client.
         """
         parts = self._parts
         assert parts is not None, "a client exists only once the parts are bound"

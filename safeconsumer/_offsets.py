@@ -64,7 +64,12 @@ class Offsets:
     def commit(
         self, message: Message | None, offsets: list[TopicPartition] | None, asynchronous: bool
     ) -> list[TopicPartition] | None:
-        """``commit()`` on an open consumer."""
+        """``commit()`` on an open consumer.
+
+        Called by the facade's commit() (open consumer; takes the lock itself, per attempt). Changes what
+        librdkafka commits; through the gate the table's outstanding records (came back) and
+        ``offsets_dropped``.
+        """
         if message is not None:
             if offsets is not None or not is_record(message):
                 result = self.upstream_rejects(Consumer.commit, message, offsets, asynchronous=asynchronous)
@@ -89,7 +94,11 @@ class Offsets:
         return cast("list[TopicPartition] | None", result)
 
     def store(self, message: Message | None, offsets: list[TopicPartition] | None) -> None:
-        """``store_offsets()`` on an open consumer."""
+        """``store_offsets()`` on an open consumer.
+
+        Called by the facade's store_offsets() (open consumer; takes the lock itself). Changes librdkafka's
+        stored offsets; through the gate the table's ``offsets_dropped``.
+        """
         # upstream's order: the arguments, their types, an error event; then the configuration.
         if (
             (message is None) == (offsets is None)

@@ -155,6 +155,10 @@ class PartitionTable:
         a ``resume_at`` offset after the last record held for them); the others are purged.
         Returns the partitions that left for good here (limbo not returned, or owned and not
         in a replacing assignment): their partition marks must go.
+
+        Called by the rebalancer's assign() (replace), incremental_assign() and on_assign (not replacing), and
+        unsubscribed() (no keys: limbo resolved). Changes ``owned``, ``limbo``, ``resume_at``, ``ahead``,
+        ``epoch``, ``maybe_releasable`` and the purge counts.
         """
         new = dict.fromkeys(keys)
         self.epoch += 1
@@ -188,7 +192,11 @@ class PartitionTable:
         return gone
 
     def left(self, keys: Iterable[Key], reason: LeaveReason) -> set[Key]:
-        """Partitions stop being owned: their records are purged. Returns those that were owned."""
+        """Partitions stop being owned: their records are purged. Returns those that were owned.
+
+        Called by the rebalancer's _left() (revoked, lost, unassigned, unsubscribed) and by assigned()
+        (replace). Changes ``owned``, ``ahead``, the lane (taken back), ``epoch`` and the purge counts.
+        """
         gone = {k for k in keys if k in self.owned}
         if not gone:
             return gone
@@ -201,7 +209,11 @@ class PartitionTable:
         return gone
 
     def to_limbo(self, keys: Iterable[Key]) -> set[Key]:
-        """Eagerly revoked partitions: not owned any more, their state kept until the next assignment."""
+        """Eagerly revoked partitions: not owned any more, their state kept until the next assignment.
+
+        Called by the rebalancer's _left() for an eager revocation that a re-assignment may follow. Moves state
+        and read-ahead records from ``owned``/``ahead`` to ``limbo``; bumps ``epoch``.
+        """
         gone = {k for k in keys if k in self.owned}
         if not gone:
             return gone
@@ -231,7 +243,11 @@ class PartitionTable:
             self.consumed = Counter()
 
     def cleared(self) -> None:
-        """The consumer closed or failed: everything held is dropped (counted as revoked)."""
+        """The consumer closed or failed: everything held is dropped (counted as revoked).
+
+        Called by the lifecycle's close() and fail(). Empties ``owned``, ``limbo``, ``resume_at``, ``ahead``,
+        the lane and ``outstanding``; bumps ``epoch``.
+        """
         self.unlane()
         count = _records(self._take_ahead(None)) + sum(len(s.held) for s in self.owned.values())
         count += sum(len(p.state.held) + _records(p.ahead) for p in self.limbo.values())
@@ -243,7 +259,11 @@ class PartitionTable:
         self._count_purge(count, "revoked")
 
     def seeked(self, key: Key, offset: int | None) -> None:
-        """The application moved an owned partition (seek, assign at an offset): its records are stale."""
+        """The application moved an owned partition (seek, assign at an offset): its records are stale.
+
+        Called by the facade's seek() and the rebalancer's assign() for a partition assigned again. Drops the
+        partition's withheld and read-ahead records, sets its ``seek_target``, marks ``dirty``.
+        """
         self.unlane()
         state = self.owned.get(key)
         dropped = _records(self._take_ahead({key}))
@@ -284,24 +304,39 @@ class PartitionTable:
 
     # -- pause ------------------------------------------------------------------------------
     def set_paused(self, paused: frozenset[Key], intent: int) -> None:
-        """The effective paused set changed (pause intent, parking, assignment)."""
+        """The effective paused set changed (pause intent, parking, assignment).
+
+        Called by the rebalancer's sync() (lock held). Changes ``paused``, ``intent_paused`` and
+        ``maybe_releasable``; takes the lane back.
+        """
         self.unlane()
         self.paused = paused
         self.intent_paused = intent
         self.maybe_releasable = any(s.held for s in self.owned.values())
 
     def flags_applied(self, keys: Iterable[Key], *, paused: bool) -> None:
-        """librdkafka was told to pause (or resume) these owned partitions."""
+        """librdkafka was told to pause (or resume) these owned partitions.
+
+        Called by the rebalancer's sync() once librdkafka's flags were set. Changes each partition's
+        ``applied``.
+        """
         owned = self.owned
         for key in keys:
             owned[key].applied = paused
 
     def hold(self, key: Key, msg: Message) -> None:
+        """Called by the gate's admit() and admit_batch(): a record of an owned, paused partition waits. Appends to
+        its ``held``; counts ``withheld``.
+        """
         self.owned[key].held.append(msg)
         self.withheld += 1
 
     def release(self, limit: int) -> list[Message]:
-        """Up to ``limit`` withheld records of owned, unpaused partitions, each partition in order."""
+        """Up to ``limit`` withheld records of owned, unpaused partitions, each partition in order.
+
+        Called by the gate's release() (the reader's poll() and consume()). Pops from ``held``, clears
+        ``maybe_releasable`` when all is out, counts ``released`` and ``delivered``.
+        """
         out: list[Message] = []
         for key, state in self.owned.items():
             if len(out) >= limit:
@@ -320,7 +355,11 @@ class PartitionTable:
 
     # -- hand-out -----------------------------------------------------------------------------
     def deliver_one(self, msg: Message) -> Message:
-        """One record handed out (the checked per-record path of poll())."""
+        """One record handed out (the checked per-record path of poll()).
+
+        Called by the gate's admit() and admit_trusted(). Counts ``delivered`` (and ``consumed``), marks
+        ``dirty``.
+        """
         self.delivered += 1
         if self.consumed is not None:
             self.consumed[(msg.topic(), msg.partition())] += 1
@@ -328,10 +367,16 @@ class PartitionTable:
         return msg
 
     def dropped_unowned(self, count: int) -> None:
-        """Records of partitions not owned at the moment of return, dropped unseen (I2)."""
+        """Records of partitions not owned at the moment of return, dropped unseen (I2).
+
+        Called by the gate's admit() and admit_batch(). Counts ``purged['unowned']``.
+        """
         self.purged["unowned"] += count
 
     def count_delivered(self, msgs: list[Message]) -> None:
+        """Called by the gate (fill_lane, admit_batch) and by release(). Records handed out: counts ``delivered``
+        (and ``consumed``), marks ``dirty``.
+        """
         self.delivered += len(msgs)
         if self.consumed is not None:
             self._count_consumed(self.consumed, msgs)
@@ -369,7 +414,11 @@ class PartitionTable:
         consumed.update(map(_key, msgs))
 
     def fill_lane(self, msgs: list[Message]) -> Message:
-        """Hand out ``msgs[0]`` now and the rest through the lane (all already counted delivered)."""
+        """Hand out ``msgs[0]`` now and the rest through the lane (all already counted delivered).
+
+        Called by the gate's fill_lane() (the reader's poll()). Fills ``lane`` and ``lane_batch``; clears
+        ``outstanding``.
+        """
         self.lane.extend(msgs)
         first = self.lane.popleft()
         self.lane_batch = msgs
@@ -383,6 +432,9 @@ class PartitionTable:
         atomic pop at a time, so what the application got is always a prefix, in order, and
         each record goes either to it or back here, never both. The last record the
         application did pop stays outstanding, also when it emptied the lane.
+
+        Called by every transition that changes what may be delivered, and by came_back(). Moves the lane back
+        to ``ahead``, sets ``outstanding``, uncounts ``delivered``.
         """
         if not self.lane and self.lane_batch is None:
             return
@@ -400,7 +452,11 @@ class PartitionTable:
     def given_back(self, msgs: list[Message]) -> None:
         """What a poll()/consume() returned never reached the application (its asyncio caller was
         cancelled): not delivered, not outstanding; each record goes back in front of what waits
-        for its partition (its withheld records, else the read-ahead), to be handed out again."""
+        for its partition (its withheld records, else the read-ahead), to be handed out again.
+
+        Called by the reader's give_back() (the asyncio link). Changes ``held`` or ``ahead``, ``outstanding``,
+        ``withheld``, ``delivered``.
+        """
         self.unlane()
         self.outstanding = None
         for msg in reversed(msgs):
@@ -417,11 +473,18 @@ class PartitionTable:
             self.consumed.subtract(map(_key, records))
 
     def handed_out(self, out: Message | list[Message]) -> None:
-        """What a locked poll()/consume() returned: outstanding until the application comes back."""
+        """What a locked poll()/consume() returned: outstanding until the application comes back.
+
+        Called by the reader's poll() and consume() (lock held). Sets ``outstanding``.
+        """
         self.outstanding = out
 
     def came_back(self) -> None:
-        """The application came back after what it was handed: all of it counts as processed."""
+        """The application came back after what it was handed: all of it counts as processed.
+
+        Called by the reader (the app's next poll()/consume()), the gate's commit() and the lifecycle's close().
+        Clears the lane batch and ``outstanding`` (the lane, if any, goes back first).
+        """
         if self.lane:
             self.unlane()
         self.lane_batch = None
@@ -463,17 +526,26 @@ class PartitionTable:
         return floor
 
     def stored(self) -> None:
-        """Offsets were just stored: another store is due only for what is still pending."""
+        """Offsets were just stored: another store is due only for what is still pending.
+
+        Called by the gate's flush() after storing. Sets ``dirty``.
+        """
         self.dirty = self.pending
 
     def seek_passed(self, key: Key) -> None:
-        """A record past the partition's seek target was delivered: its position rules again."""
+        """A record past the partition's seek target was delivered: its position rules again.
+
+        Called by the gate's flush(). Clears the partition's ``seek_target``.
+        """
         state = self.owned.get(key)
         if state is not None:
             state.seek_target = None
 
     def refused_offsets(self, count: int) -> None:
-        """Offsets of partitions not owned, refused by commit()/store_offsets() (I7)."""
+        """Offsets of partitions not owned, refused by commit()/store_offsets() (I7).
+
+        Called by the gate's owned_offsets() (I7). Counts ``offsets_dropped``.
+        """
         self.offsets_dropped += count
 
     @property

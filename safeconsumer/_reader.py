@@ -78,7 +78,11 @@ class Reader:
             gate.flush()
 
     def poll(self, timeout: float) -> Message | None:
-        """The checked path of poll(): one record, error event, or None."""
+        """The checked path of poll(): one record, error event, or None.
+
+        Called by the facade's poll() (lock held, app back, deferred errors raised). Changes the read-ahead, the
+        lane and ``outstanding`` in the table, and the idle clock.
+        """
         table, gate, client = self._table, self._gate, self._client
         now = _monotonic()
         self._come_back(now)
@@ -155,6 +159,9 @@ class Reader:
         Every record is admitted *after* the last librdkafka call of this consume(): a call
         may serve a rebalance, and a record admitted before it could belong to a partition
         revoked by it (I2).
+
+        Called by the facade's consume() (lock held, app back, deferred errors raised). Changes the read-ahead
+        and ``outstanding`` in the table, and the idle clock.
         """
         table = self._table
         now = _monotonic()
@@ -276,6 +283,9 @@ class Reader:
         Nothing is handed out: what it returns waits in the read-ahead, in order (error events
         included), for the application's next call. Parking paused every partition inside
         librdkafka, so that is little.
+
+        Called by the keeper's link (KeepaliveLink.keep_alive, lock held) on the keeper thread. Changes the
+        table's read-ahead only.
         """
         batch, _ = self._read_ahead(READ_AHEAD)
         if batch:
@@ -293,5 +303,9 @@ class Reader:
         return _monotonic() - self.last_call
 
     def touch(self) -> None:
-        """The application is active now (the keepalive's idle clock restarts)."""
+        """The application is active now (the keepalive's idle clock restarts).
+
+        Called by the keeper's link when the application comes back or leaves a keepalive block. Changes
+        ``last_call``.
+        """
         self.last_call = _monotonic()
