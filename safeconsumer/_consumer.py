@@ -14,7 +14,7 @@ librdkafka or shared state:
 - :mod:`._lifecycle` closes and fails the consumer, and builds the views the keeper
   (:mod:`._keepalive`) and :mod:`.aio` get of it; :mod:`._memory` counts its fetch memory.
 
-:mod:`._assembly` builds and wires those parts once, in ``__init__``.
+:mod:`._assembly` judges the config and options, then builds and wires those parts once, in ``__init__``.
 
 The lock is re-entrant, so the consumer may be shared between threads; rebalance callbacks run
 inside ``poll()`` / ``consume()`` / ``close()`` (or a keepalive poll) on the calling thread, and
@@ -478,10 +478,7 @@ class SafeConsumer(Consumer):
             self._stopped(Consumer.seek, "seek", partition)
             return
         with self._lock:
-            self._client.call(Consumer.seek, partition)
-            # Withheld records of a rewound partition would be delivered out of order.
-            self._table.seeked((partition.topic, partition.partition), partition.offset)
-            self._rebalancer.seeked((partition.topic, partition.partition))
+            self._rebalancer.seek(partition)
 
     # -- metadata and pass-through -------------------------------------------------------
     def _passed_through(self, method: Any, *args: Any) -> Any:

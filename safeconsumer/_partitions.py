@@ -261,7 +261,7 @@ class PartitionTable:
     def seeked(self, key: Key, offset: int | None) -> None:
         """The application moved an owned partition (seek, assign at an offset): its records are stale.
 
-        Called by the facade's seek() and the rebalancer's assign() for a partition assigned again. Drops the
+        Called by the rebalancer's seek() (the facade's seek()) and assign() for a partition assigned again. Drops the
         partition's withheld and read-ahead records, sets its ``seek_target``, marks ``dirty``.
         """
         self.unlane()

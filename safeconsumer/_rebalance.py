@@ -384,9 +384,18 @@ class Rebalancer:
         delay = self.requery.failed(keys, time.monotonic())
         logger.info("committed offset fetch failed (%s); looking at the partition(s) in %.1fs", event.error(), delay)
 
+    def seek(self, partition: TopicPartition) -> None:
+        """Called by the facade's ``seek()`` (lock held): librdkafka moves the partition; the table
+        drops its withheld and read-ahead records (they would be delivered out of order) and keeps
+        the seek target; it no longer starts from its committed offset."""
+        self._client.call(Consumer.seek, partition)
+        key = (partition.topic, partition.partition)
+        self._table.seeked(key, partition.offset)
+        self.seeked(key)
+
     def seeked(self, key: Key) -> None:
-        """Called by the facade's ``seek()`` (lock held) and by incremental_assign() at an offset:
-        the partition no longer starts from its committed offset; no re-query for it."""
+        """Called by :meth:`seek` and by incremental_assign() at an offset: the partition no longer
+        starts from its committed offset; no re-query for it."""
         self._from_committed.discard(key)
         self.requery.forget([key])
 
