@@ -13,7 +13,8 @@ underlying client, then calls :func:`assemble` once. The wiring, read top to bot
 - the keeper reaches the consumer only through a :class:`._lifecycle.KeepaliveLink`;
 - the lifecycle is given every part it closes or stops (``Lifecycle.bind``).
 
-Nothing here runs after construction.
+Nothing here runs after construction except the closures it hands out: the explainer's
+``owned`` count (read on the explainer's thread) and the rebalancer's fetch-memory report.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ librdkafka or shared state:
 
 The lock is re-entrant, so the consumer may be shared between threads; rebalance callbacks run
 inside ``poll()`` / ``consume()`` / ``close()`` (or a keepalive poll) on the calling thread, and
-re-enter it. One path takes no lock: ``poll()``'s fast lane (see :mod:`._reader`).
+re-enter it. Paths that take no lock: ``poll()``'s fast lane (see :mod:`._reader`), the state
+guards at the top of each method, ``owns()`` (one dict lookup) and the explainer's member id.
 """
 
 from __future__ import annotations

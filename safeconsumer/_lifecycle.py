@@ -225,7 +225,8 @@ class Lifecycle:
         the client.
         """
         parts = self._parts
-        assert parts is not None, "a client exists only once the parts are bound"
+        if parts is None:  # a client exists only once the parts are bound
+            raise RuntimeError("fail() before the consumer's parts were bound")
         with self.lock:
             if self.fatal is None:
                 self.fatal = fatal

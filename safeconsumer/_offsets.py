@@ -11,7 +11,10 @@
   record without a partition or offset) goes to upstream's own method, under the lock, before
   anything is committed or stored.
 
-Every method here is called by the facade and takes the consumer's client lock itself.
+Every method here is called by the facade and takes the consumer's client lock itself, except
+that ``store()`` reads ``auto_store`` and whether the consumer subscribed before taking it (a
+race with another thread's ``subscribe()`` is the application's, as with upstream), and a
+synchronous ``commit()`` lets it go between retry attempts.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ Every change goes through a named transition (``assigned``, ``left``, ``to_limbo
 ``came_back``, ``stored``, ``dropped_unowned``, ``refused_offsets``, ``restores_applied``,
 ``count_consumed``, ``cleared``); none of them talks to Kafka. Callers hold the consumer's lock;
 the exceptions are ``poll()`` popping the lane from its left (see :meth:`PartitionTable.unlane`)
-and ``count_consumed`` (telemetry's thread, one attribute store).
+and ``count_consumed`` (telemetry: on the metric reader's thread, or when it binds; one attribute store).
 
 Not yet a transition: the read-ahead deque itself. The reader appends to it and pops from it in
 place on the record path (``extend``/``popleft``, under the lock), where a method call per record
@@ -235,7 +235,7 @@ class PartitionTable:
         self.resume_at.clear()
 
     def count_consumed(self) -> None:
-        """Called by telemetry (on the metric reader's thread, without the consumer's lock): keep
+        """Called by telemetry (on the metric reader's thread or while binding, without the consumer's lock): keep
         per-partition counts of records handed out from now on. One attribute store: the record
         path sees either no counter or the new one; records handed out meanwhile go uncounted,
         as before an SDK was installed."""

@@ -7,8 +7,9 @@ own method is called to raise its own error with its own ``args``, before anythi
 Where SafeConsumer must judge a value itself (``enable.auto.offset.store``, which it changes
 before librdkafka sees it), it raises exactly what librdkafka would.
 
-Nothing here holds state: these are pure functions of their arguments (and of upstream's
-methods, which answer for a stopped consumer).
+Nothing here holds state. Two functions act besides answering: ``auto_store_setting`` builds and
+closes a throwaway ``Consumer`` so that librdkafka names the first bad setting, and
+``show_upstream_signatures`` sets the signatures ``poll()``/``consume()`` show (once, at import).
 """
 
 from __future__ import annotations

@@ -237,6 +237,23 @@ def test_upstream_still_crashes(case: Case | CtorCase) -> None:
     assert result.outcome.kind == "crash", f"upstream no longer crashes: {result!r}; move the case into the table"
 
 
+@pytest.mark.parametrize(
+    "case",
+    [c for c in NO_ORACLE if "c.commit(" in c.id or "c.store_offsets(" in c.id],
+    ids=lambda case: case.id,
+)
+def test_safeconsumer_refuses_what_crashes_upstream_with_an_invalid_argument(case: Case | CtorCase) -> None:
+    """Where upstream crashes (a topic-less message committed or stored), SafeConsumer raises
+    upstream's error for an invalid argument of that call, and a note says what was wrong."""
+    outcome = run_isolated(case.id, SafeConsumer).outcome
+    assert outcome.kind == "raise", outcome
+    assert outcome.type == "cimpl.KafkaException", outcome
+    failed = "StoreOffsets" if "c.store_offsets(" in case.id else "Commit"
+    assert "code=_INVALID_ARG" in outcome.message, outcome
+    assert f'str="{failed} failed: Local: Invalid argument or configuration"' in outcome.message, outcome
+    assert any("no topic" in note for note in outcome.notes), outcome
+
+
 #: Each of SPEC's additions, called as an application would (keepalive() is entered).
 _ADDITION_CALLS: dict[str, Callable[[Any], object]] = {
     "keepalive": lambda c: c.keepalive().__enter__(),

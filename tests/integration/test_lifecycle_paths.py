@@ -282,6 +282,12 @@ def test_unassign_then_assign_drops_partition_marks_and_withheld_records(
         a.close()
 
 
+# Serial: under the parallel phase's load this test once timed out with nothing fetched after the
+# resume (1 of 1,283 tests; 36 runs under a lighter load passed): assign() at an explicit offset
+# followed at once by the pause the kept mark needs is librdkafka #2190's sequence (the assign
+# offset can be outdated and ignored). Healing such a stall is I11's work; until it lands this
+# test runs alone, as it always did.
+@pytest.mark.serial
 def test_assign_at_an_explicit_offset_keeps_the_mark_and_reads_from_that_offset(
     kafka: KafkaTestKit, protocol: Protocol
 ) -> None:
