@@ -20,11 +20,11 @@ Nothing here runs after construction except the closures it hands out: the expla
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
@@ -136,7 +136,7 @@ def check_options(
     return budget
 
 
-def assemble(consumer: Consumer, settings: Settings, *, member_id: Callable[[], str | None]) -> Parts:
+def assemble(consumer: Consumer, settings: Settings) -> Parts:
     """Called once by ``SafeConsumer.__init__``, after the client was created with
     ``settings.config``: build and wire the parts of ``consumer``, and count it in the process's
     fetch memory. Raises ``ValueError`` (the client closed) if it alone exceeds its budget."""
@@ -160,6 +160,16 @@ def assemble(consumer: Consumer, settings: Settings, *, member_id: Callable[[], 
     telemetry = Telemetry(group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
     telemetry.bind(table)
     protocol = protocol_label(config)
+
+    def member_id() -> str | None:
+        """This member's id in its group, if it has one (for the rebalance explainer's thread)."""
+        if life.state is not State.OPEN:
+            return None
+        try:
+            return Consumer.memberid(consumer) or None
+        except (RuntimeError, KafkaException):
+            return None
+
     explainer = RebalanceExplainer(
         group_id=group_id,
         protocol=protocol,

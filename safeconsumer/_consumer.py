@@ -1,38 +1,28 @@
 """SafeConsumer: the drop-in facade. It validates arguments, guards state and delegates.
 
 Each public method checks its arguments (upstream's own checks, :mod:`._upstream`), checks the
-consumer's state (open, closing, closed: :mod:`._lifecycle`; a fatal error closes it), and
-hands the work to the part that owns it, under the consumer's client lock where it touches
-librdkafka or shared state:
+consumer's state (:mod:`._lifecycle`; on a stopped consumer upstream's own method answers, see
+:func:`_guarded`), and hands the work to the part that owns it, under the consumer's re-entrant
+client lock where it touches librdkafka or shared state. :mod:`._assembly` judges the config and
+options, then builds and wires the parts once, in ``__init__``; docs/architecture.md draws them.
 
-- :mod:`._pause` keeps pause intent (the ledger);
-- :mod:`._partitions` owns every partition's state (the table);
-- :mod:`._rebalance` applies every assignment change and makes librdkafka's pause flags follow intent;
-- :mod:`._reader` reads records from librdkafka, :mod:`._delivery` decides what leaves and what is stored;
-- :mod:`._offsets` decides what ``commit()``/``store_offsets()`` may write (I7, retries);
-- :mod:`._client` is the one boundary to librdkafka, where its errors are translated;
-- :mod:`._lifecycle` closes and fails the consumer, and builds the views the keeper
-  (:mod:`._keepalive`) and :mod:`.aio` get of it; :mod:`._memory` counts its fetch memory.
-
-:mod:`._assembly` judges the config and options, then builds and wires those parts once, in ``__init__``.
-
-The lock is re-entrant, so the consumer may be shared between threads; rebalance callbacks run
-inside ``poll()`` / ``consume()`` / ``close()`` (or a keepalive poll) on the calling thread, and
-re-enter it. Paths that take no lock: ``poll()``'s fast lane (see :mod:`._reader`), the state
-guards at the top of each method, ``owns()`` (one dict lookup) and the explainer's member id.
+Rebalance callbacks run inside ``poll()`` / ``consume()`` / ``close()`` (or a keepalive poll) on
+the calling thread, and re-enter the lock. Paths that take no lock: ``poll()``'s fast lane (see
+:mod:`._reader`), the state guards, and ``owns()`` (one dict lookup).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 import warnings
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar, Literal, cast, overload
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, Literal, TypeVar, cast, overload
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, TracerProvider
 
@@ -40,18 +30,17 @@ from ._assembly import assemble, judge
 from ._config import redact_config
 from ._delivery import DeliveryStats
 from ._keepalive import KeepaliveMode
+from ._keys import RebalanceCallback
 from ._lifecycle import AsyncLink, FatalPolicy, Lifecycle, State
 from ._pause import PauseState, parse_topic_entries
-from ._rebalance import RebalanceCallback
 from ._retry import CommitRetry
 from ._upstream import NO_CALLBACK as _NO_CALLBACK
 from ._upstream import NO_CONF as _NO_CONF
 from ._upstream import TIMEOUT_TYPES as _TIMEOUT_TYPES
 from ._upstream import WHOLE_CONSUMER as _WHOLE_CONSUMER
 from ._upstream import (
+    binding_error,
     consume_arguments,
-    given,
-    given_callbacks,
     partition_key,
     partition_keys,
     poll_timeout,
@@ -69,6 +58,32 @@ _CLOSED = State.CLOSED
 _OPEN = State.OPEN
 
 _DEFAULT_COMMIT_RETRY = CommitRetry()
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(method: _F) -> _F:
+    """The state guard of the facade's override of upstream's method of the same name.
+
+    On a stopped consumer, upstream's own method answers, given exactly the caller's arguments
+    (see :meth:`SafeConsumer._stopped`). Arguments that do not bind to ``method`` are judged by
+    upstream's method too (:func:`._upstream.binding_error`).
+    """
+    upstream = getattr(Consumer, method.__name__)
+    name = method.__name__
+
+    @functools.wraps(method)
+    def guarded(self: SafeConsumer, *args: Any, **kwargs: Any) -> Any:
+        if self._life.state is _CLOSED:
+            return self._stopped(upstream, name, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        except TypeError as exc:
+            if not binding_error(exc):
+                raise
+        return upstream(self, *args, **kwargs)
+
+    return cast(_F, guarded)
 
 
 class SafeConsumer(Consumer):
@@ -151,29 +166,14 @@ class SafeConsumer(Consumer):
         )
         logger.debug("creating SafeConsumer with config %s", redact_config(settings.config))
         super().__init__(settings.config)  # librdkafka judges every other setting here
-        parts = assemble(self, settings, member_id=self._member_id)
-        self._lock, self._life, self._ledger, self._table = parts.lock, parts.life, parts.ledger, parts.table
-        self._client, self._gate, self._telemetry = parts.client, parts.gate, parts.telemetry
-        self._rebalancer, self._reader, self._offsets, self._keeper = (
-            parts.rebalancer,
-            parts.reader,
-            parts.offsets,
-            parts.keeper,
-        )
-        #: poll()'s fast lane (the table's; see Reader).
-        self._lane = parts.table.lane  # type: ignore[misc]  # the instance's own, not the class default
+        parts = assemble(self, settings)
+        self._lock, self._life, self._table, self._client = parts.lock, parts.life, parts.table, parts.client
+        self._gate, self._telemetry, self._rebalancer = parts.gate, parts.telemetry, parts.rebalancer
+        self._reader, self._offsets, self._keeper = parts.reader, parts.offsets, parts.keeper
+        self._lane = parts.table.lane  # type: ignore[misc]  # poll()'s fast lane: the table's, not the class default
 
     def __repr__(self) -> str:
         return f"<SafeConsumer group={self._life.group_id!r} {self._life.state.value}>"
-
-    def _member_id(self) -> str | None:
-        """This member's id in its group, if it has one (for the rebalance explainer's thread)."""
-        if self._life.state is not _OPEN:
-            return None
-        try:
-            return Consumer.memberid(self) or None
-        except (RuntimeError, KafkaException):
-            return None
 
     def _stopped(self, method: Any, name: str, *args: Any, **kwargs: Any) -> Any:
         """A confluent_kafka method called on a stopped consumer: see :func:`._upstream.stopped`."""
@@ -181,7 +181,7 @@ class SafeConsumer(Consumer):
         return stopped(self, life.fatal, life.note(name), method, *args, **kwargs)
 
     # -- subscription --------------------------------------------------------------------
-    @upstream_arguments
+    @_guarded
     def subscribe(
         self,
         topics: list[str],
@@ -189,18 +189,12 @@ class SafeConsumer(Consumer):
         on_revoke: RebalanceCallback | None = _NO_CALLBACK,
         on_lost: RebalanceCallback | None = _NO_CALLBACK,
     ) -> None:
-        if self._life.state is _CLOSED:
-            self._stopped(Consumer.subscribe, "subscribe", topics, **given_callbacks(on_assign, on_revoke, on_lost))
-            return
         callbacks = rebalance_callbacks(self, topics, on_assign, on_revoke, on_lost)
         with self._lock:
             self._rebalancer.subscribe(topics, callbacks)
 
-    @upstream_arguments
+    @_guarded
     def unsubscribe(self) -> None:
-        if self._life.state is _CLOSED:
-            self._stopped(Consumer.unsubscribe, "unsubscribe")
-            return
         with self._lock:
             self._gate.flush(force=True)  # stored before unsubscribe (I9)
             self._client.call(Consumer.unsubscribe)
@@ -293,12 +287,8 @@ class SafeConsumer(Consumer):
         """
         if self._life.state is _CLOSED:
             raise self._life.closed_error("keepalive")
-        self._keeper.enter()
-        try:
+        with self._keeper.block():
             yield
-        finally:
-            if self._life.state is _OPEN:
-                self._keeper.exit()
 
     @property
     def parked(self) -> bool:
@@ -314,33 +304,28 @@ class SafeConsumer(Consumer):
         return self._keeper.parked
 
     # -- assignment ------------------------------------------------------------------------
-    def _assignment_call(self, method: Any, change: str, partitions: object = None) -> None:
-        """assign()/incremental_*()/unassign(): upstream judges the partitions, the rebalancer's
-        ``change`` applies them (None: all of them)."""
-        name = method.__name__
-        if self._life.state is _CLOSED:
-            self._stopped(method, name, *(() if method is Consumer.unassign else (partitions,)))
-            return
-        if method is not Consumer.unassign:
-            partition_keys(self, partitions, name)
-        with self._lock:
-            getattr(self._rebalancer, change)(partitions)
-
-    @upstream_arguments
+    @_guarded
     def assign(self, partitions: list[TopicPartition], /) -> None:
-        self._assignment_call(Consumer.assign, "assign", partitions)
+        partition_keys(self, partitions, "assign")  # upstream judges them
+        with self._lock:
+            self._rebalancer.assign(partitions)
 
-    @upstream_arguments
+    @_guarded
     def incremental_assign(self, partitions: list[TopicPartition], /) -> None:
-        self._assignment_call(Consumer.incremental_assign, "incremental_assign", partitions)
+        partition_keys(self, partitions, "incremental_assign")
+        with self._lock:
+            self._rebalancer.incremental_assign(partitions)
 
-    @upstream_arguments
+    @_guarded
     def incremental_unassign(self, partitions: list[TopicPartition], /) -> None:
-        self._assignment_call(Consumer.incremental_unassign, "unassign", partitions)
+        partition_keys(self, partitions, "incremental_unassign")
+        with self._lock:
+            self._rebalancer.unassign(partitions)
 
-    @upstream_arguments
+    @_guarded
     def unassign(self) -> None:
-        self._assignment_call(Consumer.unassign, "unassign")
+        with self._lock:
+            self._rebalancer.unassign(None)
 
     def owns(self, tp_or_message: TopicPartition | Message | tuple[str, int]) -> bool:
         """Whether this consumer owns that partition right now (a TopicPartition, Message or key)."""
@@ -401,15 +386,14 @@ class SafeConsumer(Consumer):
         if self._life.state is _CLOSED:
             raise self._life.closed_error("paused")
         with self._lock:
-            effective = self._ledger.effective(self._table.owned)
-            return [TopicPartition(t, p) for t, p in sorted(effective)]
+            return self._rebalancer.paused()
 
     def pause_state(self) -> PauseState:
         """A frozen snapshot of pause intent (consumer, topics, patterns, partitions) and its effect."""
         if self._life.state is _CLOSED:
             raise self._life.closed_error("pause_state")
         with self._lock:
-            return self._ledger.snapshot(self._table.owned, parked=self._keeper.parked)
+            return self._rebalancer.pause_state(parked=self._keeper.parked)
 
     def delivery_stats(self) -> DeliveryStats:
         """Deprecated: ``safeconsumer.delivery_stats(consumer)``. Counters of the delivery gate.
@@ -436,90 +420,73 @@ class SafeConsumer(Consumer):
     def commit(self, *, offsets: list[TopicPartition], asynchronous: Literal[True] = ...) -> None: ...
     @overload
     def commit(self, *, offsets: list[TopicPartition], asynchronous: Literal[False]) -> list[TopicPartition]: ...
-    @upstream_arguments
+    @_guarded
     def commit(
         self,
         message: Message | None = None,
         offsets: list[TopicPartition] | None = None,
         asynchronous: bool = True,
     ) -> list[TopicPartition] | None:
-        if self._life.state is _CLOSED:
-            result = self._stopped(
-                Consumer.commit, "commit", **given(message=message, offsets=offsets), asynchronous=asynchronous
-            )
-            return cast("list[TopicPartition] | None", result)
         return self._offsets.commit(message, offsets, asynchronous)
 
-    @upstream_arguments
+    @_guarded
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
-        if self._life.state is _CLOSED:
-            self._stopped(Consumer.store_offsets, "store_offsets", **given(message=message, offsets=offsets))
-            return
         self._offsets.store(message, offsets)
 
-    @upstream_arguments
+    @_guarded
     def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
-        if self._life.state is _CLOSED:
-            return cast("list[TopicPartition]", self._stopped(Consumer.committed, "committed", partitions, timeout))
         with self._lock:
             result: list[TopicPartition] = self._client.call(Consumer.committed, partitions, timeout)
             return result
 
-    @upstream_arguments
+    @_guarded
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """As confluent_kafka's: the offset after the last record *the application* received."""
-        if self._life.state is _CLOSED:
-            return cast("list[TopicPartition]", self._stopped(Consumer.position, "position", partitions))
         with self._lock:
             return self._gate.positions(partitions)
 
-    @upstream_arguments
+    @_guarded
     def seek(self, partition: TopicPartition) -> None:
-        if self._life.state is _CLOSED:
-            self._stopped(Consumer.seek, "seek", partition)
-            return
         with self._lock:
             self._rebalancer.seek(partition)
 
     # -- metadata and pass-through -------------------------------------------------------
     def _passed_through(self, method: Any, *args: Any) -> Any:
-        """Upstream's ``method``, under the lock, its errors translated (or answered when stopped)."""
-        if self._life.state is _CLOSED:
-            return self._stopped(method, method.__name__, *args)
+        """Upstream's ``method``, under the lock, its errors translated."""
         with self._lock:
             return self._client.call(method, *args)
 
-    @upstream_arguments
+    @_guarded
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float = -1, cached: bool = False
     ) -> tuple[int, int]:
         return cast("tuple[int, int]", self._passed_through(Consumer.get_watermark_offsets, partition, timeout, cached))
 
-    @upstream_arguments
+    @_guarded
     def offsets_for_times(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
         return cast("list[TopicPartition]", self._passed_through(Consumer.offsets_for_times, partitions, timeout))
 
-    @upstream_arguments
+    @_guarded
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         return self._passed_through(Consumer.list_topics, topic, timeout)
 
-    @upstream_arguments
+    @_guarded
     def cluster_id(self, timeout: float = -1) -> str:
         return cast(str, self._passed_through(Consumer.cluster_id, timeout))
 
-    @upstream_arguments
+    @_guarded
     def memberid(self) -> str:
         return cast(str, self._passed_through(Consumer.memberid))
 
-    @upstream_arguments
+    @_guarded
     def consumer_group_metadata(self) -> Any:
         return self._passed_through(Consumer.consumer_group_metadata)
 
-    @upstream_arguments
+    @_guarded
     def set_sasl_credentials(self, username: str, password: str) -> None:
         self._passed_through(Consumer.set_sasl_credentials, username, password)
 
-    @upstream_arguments
+    @_guarded
     def assignment(self) -> list[TopicPartition]:
         return cast("list[TopicPartition]", self._passed_through(Consumer.assignment))
 

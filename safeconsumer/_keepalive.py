@@ -27,9 +27,11 @@ keeper reaches its consumer only through :class:`KeepaliveHost`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -159,6 +161,19 @@ class Keeper:
             self._unpark()
         with self._cond:
             self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def block(self) -> Iterator[None]:
+        """The facade's keepalive() block: :meth:`enter`, then :meth:`exit` unless the keeper
+        was stopped meanwhile (the consumer closed or failed: nothing to un-park)."""
+        self.enter()
+        try:
+            yield
+        finally:
+            with self._cond:
+                stopped = self._stop
+            if not stopped:
+                self.exit()
 
     def stop(self, *, join: bool = True, wake: bool = True) -> None:
         """Stop the keeper thread; safe from any thread, including the keeper itself.

@@ -202,7 +202,7 @@ class Lifecycle:
                 parts.gate.flush(force=True)
                 try:
                     # A loss announced behind an error event read ahead: upstream's close serves it.
-                    parts.rebalancer.run_pending()
+                    parts.rebalancer.deferred.run_all()
                 except Exception as exc:  # noqa: BLE001 - the app's callback: raised once closed
                     failed = exc
                 # Out of the process's fetch memory first: the revocations below are no growth.

@@ -54,10 +54,8 @@ class Reader:
         self._table = table
         self._gate = gate
         self._rebalancer = rebalancer
-        #: The error event that on_lost callbacks served by a read-ahead call wait behind, and
-        #: whether it has been handed out (they run when the application next calls).
-        self._behind: Message | None = None
-        self._due = False
+        #: on_lost callbacks served by a read-ahead (the rebalancer's): they wait behind an error event.
+        self._deferred = rebalancer.deferred
         self.real_call_every = real_call_every
         #: When the application's poll()/consume() last reached librdkafka (the keepalive's idle clock).
         self.last_call = _monotonic()
@@ -69,9 +67,9 @@ class Reader:
     def _come_back(self, now: float) -> None:
         table = self._table
         table.came_back()
-        rebalancer = self._rebalancer
-        if rebalancer.pending:
-            self._run_due()
+        deferred = self._deferred
+        if deferred.waiting:
+            deferred.run_due(table.ahead)
         self._requery_if_due(now)
         gate = self._gate
         if table.dirty and now - gate.last_flush >= gate.flush_interval:
@@ -148,8 +146,8 @@ class Reader:
                 out = gate.admit(msg)
             if out is not None:
                 table.handed_out(out)
-                if out is self._behind:
-                    self._behind, self._due = None, True
+                if out is self._deferred.behind:
+                    self._deferred.went_out((out,))
                 return out
             wait = 0  # withheld or dropped: keep serving the caller without waiting again
 
@@ -170,17 +168,18 @@ class Reader:
             out = self._consume_waiting(num_messages, now)
             if out:
                 table.handed_out(out)
-                behind = self._behind
-                if behind is not None and any(m is behind for m in out):
+                deferred = self._deferred
+                if deferred.went_out(out) and len(out) < num_messages:
                     # upstream's consume() goes on serving after it, while there is room
-                    self._behind, self._due = None, True
-                    if len(out) < num_messages:
-                        self._run_due()
+                    deferred.run_due(table.ahead)
                 return out
         epoch = table.epoch
-        msgs, errors = self._until_due(
-            lambda t: self._client.consume(num_messages, t), timeout, lambda result: result[0]
-        )
+        if self._rebalancer.requery.due:
+            msgs, errors = self._until_due(
+                lambda t: self._client.consume(num_messages, t), timeout, lambda result: result[0]
+            )
+        else:
+            msgs, errors = self._client.consume(num_messages, timeout)
         self.last_call = _monotonic()
         if table.ahead or table.maybe_releasable:
             # A rebalance served by that call gave back records read before it (eager limbo), or
@@ -255,27 +254,10 @@ class Reader:
         librdkafka serves every callback queued among the events it returns, so an error
         event and the loss it announces (``_MAX_POLL_EXCEEDED``, then the lost partitions)
         are both served by this one call; upstream's poll() returns the error first and runs
-        ``on_lost`` in the next call. So the application's ``on_lost`` waits behind the last
-        error event read here (the partitions themselves leave at once), and runs when the
-        application next calls after that event was handed out.
+        ``on_lost`` in the next call. So the read goes through :class:`._deferred.DeferredOnLost`,
+        where the application's ``on_lost`` waits behind the last error event read here.
         """
-        rebalancer = self._rebalancer
-        batch, errors = rebalancer.while_reading_ahead(self._client.consume, num_messages)
-        if rebalancer.pending:
-            last = next((m for m in reversed(batch) if m.error() is not None), None) if errors else None
-            if last is not None:
-                self._behind = last
-            elif self._behind is None:
-                rebalancer.run_pending()  # nothing queued before it: as if served in place
-        return batch, errors
-
-    def _run_due(self) -> None:
-        """Run the waiting on_lost callbacks once the error event before them was handed out."""
-        behind = self._behind
-        if behind is not None and not self._due and any(m is behind for m in self._table.ahead):
-            return
-        self._behind, self._due = None, False
-        self._rebalancer.run_pending()
+        return self._deferred.read_ahead(self._client.consume, num_messages)
 
     def keep_alive(self) -> None:
         """One real call for the keepalive: serves rebalances and counts as alive for librdkafka.

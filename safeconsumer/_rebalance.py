@@ -31,30 +31,24 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaException, Message, TopicPartition
 
 from ._client import RawClient, group_generation, tps
+from ._deferred import DeferredOnLost
 from ._delivery import DeliveryGate
 from ._errors import FatalConsumerError, InvalidPauseRequest, PauseStateError
 from ._health import RebalanceExplainer
-from ._keys import Key
+from ._keys import Key, RebalanceCallback
 from ._partitions import LeaveReason, PartitionTable
-from ._pause import PauseLedger, subscription_can_match
+from ._pause import PauseLedger, PauseState, subscription_can_match
 from ._requery import Requery
 
 if TYPE_CHECKING:
     from .otel import Telemetry
 
 logger = logging.getLogger("safeconsumer")
-
-#: The application's on_assign/on_revoke/on_lost: called with the consumer and the partitions
-#: (the consumer is typed Any: a SafeConsumer, which this module does not import, so the
-#: facade's imports form no circle).
-RebalanceCallback = Callable[[Any, list[TopicPartition]], object]
-
-_T = TypeVar("_T")
 
 
 def _from_committed(tp: TopicPartition) -> bool:
@@ -119,11 +113,9 @@ class Rebalancer:
         #: Inside on_assign, before or while the user's callback runs; and whether it assigned.
         self._in_assign = False
         self._assign_called = False
-        #: A read whose results wait in the table is running (see :meth:`while_reading_ahead`).
-        self._reading_ahead = False
-        #: The application's on_lost callbacks waiting to run in librdkafka's order, each with
-        #: its partitions (which have already left): behind an error event read ahead.
-        self.pending: list[tuple[RebalanceCallback, list[TopicPartition]]] = []
+        #: The application's on_lost callbacks served by a read-ahead, waiting for its next call
+        #: (the reader reads ahead through it).
+        self.deferred = DeferredOnLost(self._run_callback)
         #: Finds and reports each rebalance's cause.
         self._explainer = explainer
         #: Partitions the application assigned to start from their committed offset (librdkafka
@@ -158,20 +150,11 @@ class Rebalancer:
         self.subscription = list(topics)
         self.requery.forget(None)
 
-    def while_reading_ahead(self, read: Callable[[int, float], _T], num_messages: int) -> _T:
-        """Called by the reader: ``read(num_messages, 0)``, a read whose results wait in the table.
-        An on_lost it serves waits for the application (see :attr:`pending`)."""
-        self._reading_ahead = True
-        try:
-            return read(num_messages, 0)
-        finally:
-            self._reading_ahead = False
-
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         """Called by librdkafka inside a poll/consume/close: the table takes ``partitions`` (limbo
         restored), the app's callback runs, the assignment is applied, pause flags follow intent."""
-        self.run_pending()
+        self.deferred.run_all()
         keys = _keys(partitions)
         try:
             with self._explained("assigned", keys, leaving=False):
@@ -220,31 +203,26 @@ class Rebalancer:
     def on_revoke(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         """Called by librdkafka: a final store, the app's callback, then the partitions leave the
         table (or wait in eager limbo) and are resumed inside librdkafka."""
-        self.run_pending()
+        self.deferred.run_all()
         self._leaving(partitions, self.user_on_revoke, "revoked")
 
     def on_lost(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
         """Called by librdkafka: the partitions leave at once, nothing stored; the app's callback
-        runs now, or (served by a read-ahead) waits in :attr:`pending` for the app's next call."""
+        runs now, or (served by a read-ahead) waits in :attr:`deferred` for the app's next call."""
         callback = self.user_on_lost if self.user_on_lost is not None else self.user_on_revoke
-        if self._reading_ahead and callback is not None:
+        if self.deferred.reading_ahead and callback is not None:
             # The partitions leave now (librdkafka unassigns them when this returns); the
             # application hears of it in librdkafka's order, after events read before it.
             self._leaving(partitions, None, "lost")
-            self.pending.append((callback, partitions))
+            self.deferred.defer(callback, partitions)
             return
-        self.run_pending()
+        self.deferred.run_all()
         self._leaving(partitions, callback, "lost")
 
-    def run_pending(self) -> None:
-        """Run the waiting on_lost callbacks, in order (see :attr:`pending`). Called by the reader
-        when the app comes back after the event they wait behind, by every rebalance callback
-        first, and by the lifecycle's close(); empties :attr:`pending`."""
-        pending = self.pending
-        while pending:
-            callback, partitions = pending.pop(0)
-            with self._user_callback():
-                callback(self._consumer, partitions)
+    def _run_callback(self, callback: RebalanceCallback, partitions: list[TopicPartition]) -> None:
+        """Run one deferred on_lost callback of the application (for :attr:`deferred`)."""
+        with self._user_callback():
+            callback(self._consumer, partitions)
 
     def _leaving(
         self, partitions: list[TopicPartition], callback: RebalanceCallback | None, reason: LeaveReason
@@ -543,6 +521,14 @@ class Rebalancer:
         else:
             self._ledger.unmark_topics(names, patterns)
         self.sync()
+
+    def paused(self) -> list[TopicPartition]:
+        """Called by the facade's ``paused()`` (lock held): the effectively paused owned partitions, sorted."""
+        return [TopicPartition(t, p) for t, p in sorted(self._ledger.effective(self._table.owned))]
+
+    def pause_state(self, *, parked: bool) -> PauseState:
+        """Called by the facade's ``pause_state()`` (lock held): a snapshot of intent and its effect."""
+        return self._ledger.snapshot(self._table.owned, parked=parked)
 
     def set_parked(self, parked: bool) -> None:
         """Called by the keeper's link (lock held, consumer open): park (keepalive) or un-park; the

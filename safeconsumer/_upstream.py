@@ -121,11 +121,17 @@ def upstream_arguments(method: _F) -> _F:
         try:
             return method(self, *args, **kwargs)
         except TypeError as exc:
-            if exc.__traceback__ is None or exc.__traceback__.tb_next is not None:
+            if not binding_error(exc):
                 raise
         return upstream(self, *args, **kwargs)
 
     return cast(_F, wrapper)
+
+
+def binding_error(exc: TypeError) -> bool:
+    """Whether ``exc``, caught by the function that made the call, was raised by the call itself
+    (its arguments do not bind: no frame of the called function in the traceback)."""
+    return exc.__traceback__ is not None and exc.__traceback__.tb_next is None
 
 
 def stopped(
@@ -221,6 +227,10 @@ def poll_timeout(consumer: Consumer, args: tuple[Any, ...], kwargs: dict[str, An
 
 def consume_arguments(consumer: Consumer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, Any]:
     """``(num_messages, timeout)`` of a consume() call; upstream raises for any it refuses."""
+    if len(args) == 2 and not kwargs:  # consume(n, timeout), the usual call: no dict built
+        num_messages, timeout = args
+        if num_messages.__class__ is int and 0 <= num_messages <= 1_000_000 and timeout.__class__ in TIMEOUT_TYPES:
+            return num_messages, timeout
     named: dict[str, Any] = {}
     if len(args) <= 2 and kwargs.keys() <= {"num_messages", "timeout"}:
         named = dict(zip(("num_messages", "timeout"), args, strict=False))
