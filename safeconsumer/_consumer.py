@@ -528,4 +528,4 @@ def delivery_stats(consumer: SafeConsumer) -> DeliveryStats:
 
 def async_link(consumer: SafeConsumer) -> AsyncLink:
     """What :mod:`safeconsumer.aio` uses of ``consumer`` beyond its public methods (see AsyncLink)."""
-    return AsyncLink(consumer._life, consumer._lane, consumer._reader)
+    return AsyncLink(consumer._life, consumer._lane, consumer._reader, consumer._table)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from ._health import RebalanceExplainer
     from ._keepalive import Keeper
     from ._memory import ConsumerBudget
-    from ._partitions import PartitionTable
+    from ._partitions import PartitionTable, Receipt
     from ._reader import Reader
     from ._rebalance import Rebalancer
     from .otel import Telemetry
@@ -301,24 +301,42 @@ class AsyncLink:
     """What :mod:`safeconsumer.aio` uses of its SafeConsumer beyond the public methods.
 
     ``lane`` and ``reader.lane_until``: the lock-free fast lane of ``poll()`` (see
-    :mod:`._reader`); ``lock``: the consumer's client lock, held around a receive so that a
-    result whose caller was cancelled is given back before anything else happens.
+    :mod:`._reader`); ``lock``: the consumer's client lock, held around a receive so that what it
+    returned goes in transit (or, its caller cancelled already, back) before anything else
+    happens (see :class:`._partitions.Receipt`).
     """
 
-    def __init__(self, life: Lifecycle, lane: deque[Message], reader: Reader) -> None:
+    def __init__(self, life: Lifecycle, lane: deque[Message], reader: Reader, table: PartitionTable) -> None:
         self._life = life
         self.lock = life.lock
         self.lane = lane
         #: Read for ``reader.lane_until`` only.
         self.reader = reader
+        self._table = table
 
     @property
     def fatal(self) -> FatalConsumerError | None:
         return self._life.fatal
 
+    def returned_waiting(self) -> bool:
+        """Whether a receipt given back by a cancelled caller waits to be settled (aio's lane
+        pop must not hand out newer records first). Lock-free: reads one list."""
+        transit = self._table.transit
+        return bool(transit) and any(r.state == "returned" for r in transit)
+
+    def in_transit(self, result: Message | list[Message] | None) -> Receipt | None:
+        """Called with the lock held, right after a poll()/consume() for an asyncio caller that
+        may never get ``result``: the table keeps it in transit (see :class:`._partitions.Receipt`)."""
+        return self._table.in_transit(result)
+
+    def give_back_returned(self) -> None:
+        """Called with the lock held before a receive: what cancelled callers never got goes back
+        first, so that nothing newer (the lane included) is handed out before it."""
+        self._table.give_back_returned()
+
     def give_back(self, result: Message | list[Message] | None) -> None:
         """What a poll()/consume() returned that never reached the application (its asyncio caller
-        was cancelled): not processed, handed out again first."""
+        was cancelled while the call ran; lock held): not processed, handed out again first."""
         msgs = result if isinstance(result, list) else [] if result is None else [result]
         if not msgs:
             return

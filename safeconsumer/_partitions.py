@@ -15,6 +15,9 @@ Glossary (the words the rest of the core uses):
 - **outstanding**: what the last ``poll()``/``consume()`` handed out. The application is still
   working on it until it *comes back* (its next ``poll()``/``consume()``, a ``commit()``, or
   ``close()``); until then no offset at or past it is stored (I8).
+- **in transit**: what a ``poll()``/``consume()`` of :mod:`.aio` returned to a caller that has
+  not resumed yet (a :class:`Receipt`). Neither processed nor delivered until the caller gets it;
+  if the caller was cancelled meanwhile, it goes back to be handed out again (I8).
 - **limbo**: under the eager protocol every partition is revoked at each rebalance; a revoked
   partition's state (withheld and read-ahead records, its seek target) waits here for the next
   assignment, and is restored if the partition comes back in that same rebalance, else purged.
@@ -25,9 +28,11 @@ Glossary (the words the rest of the core uses):
 Every change goes through a named transition (``assigned``, ``left``, ``to_limbo``,
 ``seeked``, ``seek_passed``, ``set_paused``, ``flags_applied``, ``hold``, ``release``,
 ``deliver_one``, ``count_delivered``, ``fill_lane``, ``unlane``, ``given_back``, ``handed_out``,
-``came_back``, ``stored``, ``dropped_unowned``, ``refused_offsets``, ``restores_applied``,
+``in_transit``, ``give_back_returned``, ``came_back``, ``stored``, ``dropped_unowned``,
+``refused_offsets``, ``restores_applied``,
 ``count_consumed``, ``cleared``); none of them talks to Kafka. Callers hold the consumer's lock;
-the exceptions are ``poll()`` popping the lane from its left (see :meth:`PartitionTable.unlane`)
+the exceptions are ``poll()`` popping the lane from its left (see :meth:`PartitionTable.unlane`),
+a :class:`Receipt` settled by its asyncio caller (one attribute store, see there)
 and ``count_consumed`` (telemetry: on the metric reader's thread, or when it binds; one attribute store).
 
 Not yet a transition: the read-ahead deque itself. The reader appends to it and pops from it in
@@ -109,6 +114,33 @@ def _key(msg: Message) -> Key:
     return (msg.topic(), msg.partition())  # type: ignore[return-value]
 
 
+class Receipt:
+    """Records returned to an asyncio caller (:mod:`.aio`) that has not resumed yet.
+
+    Created under the consumer's lock by :meth:`PartitionTable.in_transit`; settled on the event
+    loop without the lock, by one attribute store: :meth:`arrived` (the caller got the records)
+    or :meth:`returned` (it was cancelled: they never reached the application). Taking the lock
+    on the loop could block it for as long as another call waits in librdkafka. Until settled
+    the records count as neither delivered nor processed: no offset at or past them is stored
+    and ``position()`` stays before them. The table settles receipts under the lock when the
+    application next comes back (:meth:`PartitionTable.came_back`).
+    """
+
+    __slots__ = ("msgs", "state")
+
+    def __init__(self, msgs: list[Message]) -> None:
+        self.msgs = msgs
+        self.state: Literal["transit", "arrived", "returned"] = "transit"
+
+    def arrived(self) -> None:
+        """Called by :mod:`.aio` on the loop: the caller got the records (handed out, as by ``poll()``)."""
+        self.state = "arrived"
+
+    def returned(self) -> None:
+        """Called by :mod:`.aio` on the loop: the caller was cancelled; the records go back."""
+        self.state = "returned"
+
+
 class PartitionTable:
     """Owned partitions, the records the library holds for them, and what was handed out."""
 
@@ -127,6 +159,8 @@ class PartitionTable:
         self.lane_batch: list[Message] | None = None
         #: The last locked hand-out: one record (poll) or a list (consume); None once the app came back.
         self.outstanding: Message | list[Message] | None = None
+        #: Hand-outs to asyncio callers that had not resumed when last looked at (see Receipt).
+        self.transit: list[Receipt] = []
         self.limbo: dict[Key, _Limbo] = {}
         #: Offsets an eager re-assignment must start from, for partitions restored from limbo.
         self.resume_at: dict[Key, int] = {}
@@ -194,14 +228,20 @@ class PartitionTable:
     def left(self, keys: Iterable[Key], reason: LeaveReason) -> set[Key]:
         """Partitions stop being owned: their records are purged. Returns those that were owned.
 
+        Their records in transit are never given back: their offsets were not stored past them,
+        so whoever owns the partition next (this consumer too) reads them again.
+
         Called by the rebalancer's _left() (revoked, lost, unassigned, unsubscribed) and by assigned()
-        (replace). Changes ``owned``, ``ahead``, the lane (taken back), ``epoch`` and the purge counts.
+        (replace). Changes ``owned``, ``ahead``, the lane (taken back), ``transit``, ``epoch`` and the
+        purge counts.
         """
         gone = {k for k in keys if k in self.owned}
         if not gone:
             return gone
         self.epoch += 1
         self.unlane()
+        for receipt in self.transit:
+            receipt.msgs = [m for m in receipt.msgs if m.error() is not None or _key(m) not in gone]
         count = _records(self._take_ahead(gone))
         for key in gone:
             count += len(self.owned.pop(key).held)
@@ -255,6 +295,7 @@ class PartitionTable:
         self.limbo.clear()
         self.resume_at.clear()
         self.outstanding = None
+        self.transit.clear()
         self.epoch += 1
         self._count_purge(count, "revoked")
 
@@ -262,9 +303,12 @@ class PartitionTable:
         """The application moved an owned partition (seek, assign at an offset): its records are stale.
 
         Called by the rebalancer's seek() (the facade's seek()) and assign() for a partition assigned again. Drops the
-        partition's withheld and read-ahead records, sets its ``seek_target``, marks ``dirty``.
+        partition's withheld and read-ahead records (and its records in transit: never given back), sets its
+        ``seek_target``, marks ``dirty``.
         """
         self.unlane()
+        for receipt in self.transit:
+            receipt.msgs = [m for m in receipt.msgs if m.error() is not None or _key(m) != key]
         state = self.owned.get(key)
         dropped = _records(self._take_ahead({key}))
         if state is not None:
@@ -451,17 +495,26 @@ class PartitionTable:
 
     def given_back(self, msgs: list[Message]) -> None:
         """What a poll()/consume() returned never reached the application (its asyncio caller was
-        cancelled): not delivered, not outstanding; each record goes back in front of what waits
-        for its partition (its withheld records, else the read-ahead), to be handed out again.
+        cancelled): not delivered, not outstanding; each record of an owned partition goes back in
+        front of what waits for it (its withheld records, else the read-ahead), to be handed out
+        again. A record of a partition no longer owned is dropped here (I2): its offset was not
+        stored when the partition left (the floor counts records in transit), so its next owner
+        reads it. What enters the read-ahead is owned now, as a read-ahead the reader trusts must be.
 
-        Called by the reader's give_back() (the asyncio link). Changes ``held`` or ``ahead``, ``outstanding``,
-        ``withheld``, ``delivered``.
+        Called by the reader's give_back() (the asyncio link) and by give_back_returned(). Changes ``held`` or
+        ``ahead``, ``outstanding``, ``withheld``, ``delivered`` and the purge counts.
         """
         self.unlane()
         self.outstanding = None
+        unowned = 0
         for msg in reversed(msgs):
-            state = self.owned.get(_key(msg)) if msg.error() is None else None
-            if state is not None and state.held:
+            if msg.error() is not None:
+                self.ahead.appendleft(msg)
+                continue
+            state = self.owned.get(_key(msg))
+            if state is None:
+                unowned += 1
+            elif state.held:
                 state.held.appendleft(msg)
                 self.withheld += 1
                 self.maybe_releasable = True
@@ -471,6 +524,8 @@ class PartitionTable:
         self.delivered -= len(records)
         if self.consumed is not None:
             self.consumed.subtract(map(_key, records))
+        if unowned:
+            self.dropped_unowned(unowned)
 
     def handed_out(self, out: Message | list[Message]) -> None:
         """What a locked poll()/consume() returned: outstanding until the application comes back.
@@ -479,16 +534,52 @@ class PartitionTable:
         """
         self.outstanding = out
 
+    def in_transit(self, result: Message | list[Message] | None) -> Receipt | None:
+        """What the locked poll()/consume() just returned goes to an asyncio caller that may never
+        get it: not outstanding, not delivered until its :class:`Receipt` says it arrived.
+
+        Called by the asyncio link (lock held), right after the call. Appends to ``transit``; clears
+        ``outstanding`` if it is the result (a record popped from the lane stays the lane's: the
+        lane's own accounting keeps it unprocessed, and giving it back takes the lane back first).
+        """
+        msgs = result if isinstance(result, list) else [] if result is None else [result]
+        if not msgs:
+            return None
+        if self.outstanding is result:
+            self.outstanding = None
+        receipt = Receipt(msgs)
+        self.transit.append(receipt)
+        return receipt
+
     def came_back(self) -> None:
         """The application came back after what it was handed: all of it counts as processed.
 
         Called by the reader (the app's next poll()/consume()), the gate's commit() and the lifecycle's close().
-        Clears the lane batch and ``outstanding`` (the lane, if any, goes back first).
+        Clears the lane batch and ``outstanding`` (the lane, if any, goes back first); settles
+        ``transit``: records that arrived count as processed, those returned are given back (see
+        :meth:`given_back`), those still in transit stay.
         """
         if self.lane:
             self.unlane()
         self.lane_batch = None
         self.outstanding = None
+        if self.transit:
+            self.give_back_returned()
+            self.transit = [r for r in self.transit if r.state == "transit"]
+
+    def give_back_returned(self) -> None:
+        """Receipts whose asyncio caller was cancelled: their records go back (see :meth:`given_back`),
+        the earliest in front.
+
+        Called by came_back() and by the asyncio link before a receive (lock held). Removes them from
+        ``transit``; changes what given_back() changes.
+        """
+        returned = [r for r in self.transit if r.state == "returned"]
+        if not returned:
+            return
+        self.transit = [r for r in self.transit if r.state != "returned"]
+        for receipt in reversed(returned):
+            self.given_back(receipt.msgs)
 
     # -- offsets ------------------------------------------------------------------------------
     def first_undelivered(self, key: Key) -> int | None:
@@ -503,6 +594,9 @@ class PartitionTable:
     def _floor(self, *, with_outstanding: bool) -> dict[Key, int]:
         lane = [*self.lane]  # one atomic copy: poll() may pop the lane meanwhile
         records: list[Message] = [*lane, *self.ahead]
+        for receipt in self.transit:
+            if with_outstanding or receipt.state != "arrived":
+                records += receipt.msgs
         if with_outstanding:
             out = self.outstanding
             if isinstance(out, list):
@@ -551,7 +645,7 @@ class PartitionTable:
     @property
     def pending(self) -> bool:
         """Records handed out may still need storing later (lane not empty, or not come back from)."""
-        return bool(self.lane) or self.outstanding is not None or self.lane_batch is not None
+        return bool(self.lane) or self.outstanding is not None or self.lane_batch is not None or bool(self.transit)
 
     @property
     def held_count(self) -> int:

@@ -13,8 +13,9 @@ methods as the installed ``AIOConsumer``, with a :class:`~safeconsumer.SafeConsu
   run on the thread that is waiting for the callback (it holds the consumer's lock), so they
   neither deadlock nor wait behind it.
 - **Cancellation loses nothing.** A ``poll()``/``consume()`` cancelled while librdkafka works
-  for it (``task.cancel()``, ``asyncio.timeout``) gives what it got back to the consumer: it
-  is handed out again first by the next call, and it was never counted as processed (I8).
+  for it, or after it returned but before its task resumed (``task.cancel()``,
+  ``asyncio.timeout``), gives what it got back to the consumer: it is handed out again first,
+  and no call of any kind counts it as processed meanwhile (I8; see :class:`._partitions.Receipt`).
 - ``async with consumer.keepalive():`` parks the consumer around a long ``await`` (I5); the
   automatic keepalive keeps a member whose coroutine awaits something else for longer than
   ``max.poll.interval.ms`` in its group.
@@ -31,7 +32,6 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
@@ -40,6 +40,7 @@ from confluent_kafka import Message, TopicPartition
 
 from ._consumer import SafeConsumer, async_link
 from ._errors import consumer_closed
+from ._partitions import Receipt
 from ._pause import PauseState
 from ._upstream import TIMEOUT_TYPES as _TIMEOUT_TYPES
 
@@ -127,13 +128,13 @@ def _on_loop(loop: asyncio.AbstractEventLoop, coroutine_function: Callable[..., 
 class _Receive:
     """One poll()/consume() in flight: who gets its result, the caller or (cancelled) the consumer."""
 
-    __slots__ = ("cancelled", "done", "lock", "result")
+    __slots__ = ("cancelled", "lock", "receipt")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.cancelled = False
-        self.done = False
-        self.result: Any = None
+        #: The result in transit in the consumer's table, once the call returned (None: nothing returned).
+        self.receipt: Receipt | None = None
 
 
 class _Keepalive:
@@ -181,8 +182,6 @@ class SafeAIOConsumer:
             )
         self.executor = executor
         self._loop = asyncio.get_running_loop()
-        #: Results of cancelled calls, given back before the next call (see _receive).
-        self._returned: deque[Any] = deque()
         conf = dict(consumer_conf) if isinstance(consumer_conf, Mapping) else consumer_conf
         if isinstance(conf, dict):
             for name in _CONF_CALLBACKS:
@@ -223,35 +222,39 @@ class SafeAIOConsumer:
         return await self._run(functools.partial(getattr(self._consumer, name), *args, **kwargs))
 
     async def _receive(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """poll()/consume(): a result whose caller was cancelled goes back to the consumer."""
+        """poll()/consume(): what a cancelled caller never got goes back to the consumer (I8).
+
+        The result stays in the consumer's table, in transit, until this coroutine resumes with
+        it (then it is handed out) or is cancelled first (then it is given back): a commit(),
+        store or close() meanwhile, from any task or thread, never counts it as processed.
+        """
         self._check_open(name)
         link, receive = self._link, _Receive()
         method = getattr(self._consumer, name)
 
         def work() -> Any:
             with link.lock:
-                self._give_back_returned()
+                if link.returned_waiting():
+                    link.give_back_returned()
                 result = method(*args, **kwargs)
                 with receive.lock:
-                    if receive.cancelled:
+                    if receive.cancelled:  # cancelled while librdkafka worked: back at once
                         link.give_back(result)
                         return None
-                    receive.done, receive.result = True, result
+                    receive.receipt = link.in_transit(result)
                 return result
 
         try:
-            return await self._run(work)
+            result = await self._run(work)
         except asyncio.CancelledError:
             with receive.lock:
                 receive.cancelled = True
-                if receive.done:  # it returned, but never reached the caller
-                    self._returned.append(receive.result)
+                if receive.receipt is not None:  # it returned, but never reached the caller
+                    receive.receipt.returned()
             raise
-
-    def _give_back_returned(self) -> None:
-        returned = self._returned
-        while returned:
-            self._link.give_back(returned.popleft())
+        if receive.receipt is not None:
+            receive.receipt.arrived()
+        return result
 
     # -- confluent_kafka.aio.AIOConsumer's methods --------------------------------------------
     async def poll(self, *args: Any, **kwargs: Any) -> Message | None:
@@ -269,7 +272,7 @@ class SafeAIOConsumer:
             and len(args) <= 1
             and (not args or args[0].__class__ in _TIMEOUT_TYPES)
             and not self._closed
-            and not self._returned
+            and not link.returned_waiting()
             and _monotonic() < link.reader.lane_until
         ):
             try:
@@ -312,12 +315,7 @@ class SafeAIOConsumer:
         """
         self._check_open("close")
         try:
-
-            def close() -> None:
-                self._give_back_returned()
-                self._consumer.close(*args, **kwargs)
-
-            await self._run(close)
+            await self._run(functools.partial(self._consumer.close, *args, **kwargs))
         finally:
             self._closed = True
             if self._owns_executor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError, Message
 
-from safeconsumer._partitions import PartitionTable
+from safeconsumer._partitions import PartitionTable, Receipt
 
 A0, A1 = ("a", 0), ("a", 1)
 
@@ -272,3 +272,92 @@ def test_consumed_counts_stay_exact_when_a_batch_strays_from_the_one_topic_path(
     table.count_delivered([*base, _msg(("a", 5), 1)])
     table.count_delivered([*base, _msg(("a", 999), 1)])
     assert table.consumed == Counter({A0: 6, A1: 4, ("a", 5): 1, ("a", 999): 1})
+
+
+def _handed_to_an_asyncio_caller(table: PartitionTable, batch: list[Message]) -> Receipt:
+    table.count_delivered(batch)
+    table.handed_out(batch)
+    receipt = table.in_transit(batch)
+    assert receipt is not None
+    return receipt
+
+
+def test_records_in_transit_are_neither_processed_nor_delivered_until_they_arrive() -> None:
+    """A consume() for an asyncio caller that has not resumed: a commit (came_back) meanwhile
+    must not count it as processed, nor position() as delivered (I8)."""
+    table = _table(A0)
+    receipt = _handed_to_an_asyncio_caller(table, [_msg(A0, 10), _msg(A0, 11)])
+    assert table.outstanding is None and table.pending
+    table.came_back()
+    assert table.unprocessed_floor() == {A0: 10}, "in transit is not processed"
+    assert table.first_undelivered(A0) == 10, "in transit is not delivered"
+    receipt.arrived()
+    assert table.first_undelivered(A0) is None, "arrived: handed out"
+    assert table.unprocessed_floor() == {A0: 10}, "arrived: outstanding until the app comes back"
+    table.came_back()
+    assert table.unprocessed_floor() == {} and not table.transit and not table.pending
+
+
+def test_a_returned_receipt_is_given_back_in_front_when_the_app_comes_back() -> None:
+    table = _table(A0)
+    table.ahead.append(_msg(A0, 12))
+    first = _handed_to_an_asyncio_caller(table, [_msg(A0, 8), _msg(A0, 9)])
+    second = _handed_to_an_asyncio_caller(table, [_msg(A0, 10), _msg(A0, 11)])
+    first.returned()
+    second.returned()
+    table.came_back()
+    assert [m.offset() for m in table.ahead] == [8, 9, 10, 11, 12], "the earliest in front, in order"
+    assert not table.transit and table.delivered == 0
+    assert table.unprocessed_floor() == {A0: 8}
+
+
+def test_give_back_returned_leaves_receipts_still_in_transit() -> None:
+    table = _table(A0, A1)
+    waiting = _handed_to_an_asyncio_caller(table, [_msg(A1, 3)])
+    returned = _handed_to_an_asyncio_caller(table, [_msg(A0, 5)])
+    returned.returned()
+    table.give_back_returned()
+    assert table.transit == [waiting] and [m.offset() for m in table.ahead] == [5]
+    assert table.unprocessed_floor() == {A0: 5, A1: 3}
+
+
+def test_records_in_transit_of_a_partition_that_left_or_was_seeked_never_come_back() -> None:
+    """Their offsets were not stored past them (the floor counted them when the partition left),
+    so the next owner reads them; after a seek they are stale."""
+    table = _table(A0, A1)
+    receipt = _handed_to_an_asyncio_caller(table, [_msg(A0, 5), _msg(A1, 7), _msg(A1, 8)])
+    assert table.unprocessed_floor() == {A0: 5, A1: 7}
+    table.left([A0], "revoked")
+    table.seeked(A1, 8)
+    receipt.returned()
+    table.came_back()
+    assert not table.ahead and not table.transit
+
+
+def test_a_record_given_back_of_a_partition_no_longer_owned_is_dropped_not_read_ahead() -> None:
+    """What enters the read-ahead must be owned now (the reader may trust it without a check)."""
+    table = _table(A0)
+    record = _msg(A1, 4)
+    table.count_delivered([record])
+    table.given_back([record])
+    assert not table.ahead and table.purged["unowned"] == 1 and table.delivered == 0
+
+
+def test_a_lane_record_in_transit_returned_comes_back_behind_nothing_newer() -> None:
+    table = _table(A0)
+    batch = [_msg(A0, o) for o in range(3)]
+    table.count_delivered(batch)
+    first = table.fill_lane(batch)  # returned by an executor poll() to an asyncio caller
+    receipt = table.in_transit(first)
+    assert receipt is not None
+    receipt.returned()
+    table.give_back_returned()
+    assert [m.offset() for m in table.ahead] == [0, 1, 2] and not table.lane
+    assert table.delivered == 0
+
+
+def test_close_forgets_receipts() -> None:
+    table = _table(A0)
+    _handed_to_an_asyncio_caller(table, [_msg(A0, 1)])
+    table.cleared()
+    assert not table.transit and not table.pending
