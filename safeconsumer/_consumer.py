@@ -14,7 +14,6 @@ the calling thread, and re-enter the lock. Paths that take no lock: ``poll()``'s
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import time
 import warnings
@@ -39,7 +38,6 @@ from ._upstream import NO_CONF as _NO_CONF
 from ._upstream import TIMEOUT_TYPES as _TIMEOUT_TYPES
 from ._upstream import WHOLE_CONSUMER as _WHOLE_CONSUMER
 from ._upstream import (
-    binding_error,
     consume_arguments,
     partition_key,
     partition_keys,
@@ -63,27 +61,14 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _guarded(method: _F) -> _F:
-    """The state guard of the facade's override of upstream's method of the same name.
-
-    On a stopped consumer, upstream's own method answers, given exactly the caller's arguments
-    (see :meth:`SafeConsumer._stopped`). Arguments that do not bind to ``method`` are judged by
-    upstream's method too (:func:`._upstream.binding_error`).
-    """
-    upstream = getattr(Consumer, method.__name__)
-    name = method.__name__
-
-    @functools.wraps(method)
-    def guarded(self: SafeConsumer, *args: Any, **kwargs: Any) -> Any:
-        if self._life.state is _CLOSED:
-            return self._stopped(upstream, name, *args, **kwargs)
-        try:
-            return method(self, *args, **kwargs)
-        except TypeError as exc:
-            if not binding_error(exc):
-                raise
-        return upstream(self, *args, **kwargs)
-
-    return cast(_F, guarded)
+    """The state guard of the facade's override of upstream's method of the same name: on a
+    stopped consumer upstream's own method answers, given exactly the caller's arguments (see
+    :meth:`SafeConsumer._stopped`); arguments that do not bind are judged by upstream's method."""
+    return upstream_arguments(
+        method,
+        stopped=lambda self: self._life.state is _CLOSED,
+        answer=lambda self, *args, **kwargs: self._stopped(*args, **kwargs),
+    )
 
 
 class SafeConsumer(Consumer):

@@ -106,32 +106,34 @@ def positive(name: str, value: float | None, default: float) -> float:
     return float(value)
 
 
-def upstream_arguments(method: _F) -> _F:
+def upstream_arguments(
+    method: _F, *, stopped: Callable[[Any], bool] | None = None, answer: Callable[..., Any] | None = None
+) -> _F:
     """Arguments that do not bind to the method are judged by upstream's own method.
 
     confluent_kafka's methods are C functions with their own argument parser: a call with too
     many, too few or unknown arguments gets its ``TypeError`` and message, and the few calls it
     accepts (``assignment(1)``) its answer. A TypeError raised by the call itself (no frame of
     ``method`` in its traceback) is such a binding error; one raised inside ``method`` is not.
+
+    With ``stopped``: on a consumer it says is stopped, ``answer(consumer, upstream_method, name,
+    *args, **kwargs)`` answers instead, given exactly the caller's arguments (the facade's guard).
     """
     upstream = getattr(Consumer, method.__name__)
+    name = method.__name__
 
     @functools.wraps(method)
     def wrapper(self: Consumer, *args: Any, **kwargs: Any) -> Any:
+        if stopped is not None and answer is not None and stopped(self):
+            return answer(self, upstream, name, *args, **kwargs)
         try:
             return method(self, *args, **kwargs)
         except TypeError as exc:
-            if not binding_error(exc):
+            if exc.__traceback__ is None or exc.__traceback__.tb_next is not None:
                 raise
         return upstream(self, *args, **kwargs)
 
     return cast(_F, wrapper)
-
-
-def binding_error(exc: TypeError) -> bool:
-    """Whether ``exc``, caught by the function that made the call, was raised by the call itself
-    (its arguments do not bind: no frame of the called function in the traceback)."""
-    return exc.__traceback__ is not None and exc.__traceback__.tb_next is None
 
 
 def stopped(
