@@ -20,6 +20,7 @@ Nothing here runs after construction except the closures it hands out: the expla
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -161,12 +162,15 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
     telemetry.bind(table)
     protocol = protocol_label(config)
 
+    consumer_ref = weakref.ref(consumer)  # no part holds the consumer strongly (I10)
+
     def member_id() -> str | None:
         """This member's id in its group, if it has one (for the rebalance explainer's thread)."""
-        if life.state is not State.OPEN:
+        live = consumer_ref()
+        if life.state is not State.OPEN or live is None:
             return None
         try:
-            return Consumer.memberid(consumer) or None
+            return Consumer.memberid(live) or None
         except (RuntimeError, KafkaException):
             return None
 
@@ -200,7 +204,7 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
     offsets = Offsets(
         life=life, client=client, table=table, gate=gate, rebalancer=rebalancer, commit_retry=settings.commit_retry
     )
-    link = KeepaliveLink(life, reader, rebalancer.set_parked, telemetry)
+    link = KeepaliveLink(consumer_ref, life, reader, rebalancer.set_parked, telemetry)
     keeper = Keeper(
         link,
         mode=settings.keepalive,
@@ -218,4 +222,7 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
         budget=budget,
     )
     budget.join(consumer)
+    # Dropped without close(): freed where it is dropped (librdkafka's destroy leaves the group, as
+    # upstream's), and our threads end with it.
+    weakref.finalize(consumer, life.dropped).atexit = False
     return Parts(lock, life, ledger, table, client, gate, telemetry, explainer, rebalancer, reader, offsets, keeper)

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import logging
 import sys
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from ._errors import FatalConsumerError, classify
+from ._errors import FatalConsumerError, classify, consumer_closed
 from ._keys import Key
 from ._requery import is_failed_offset_fetch
 
@@ -43,13 +44,15 @@ def tps(keys: Iterable[Key]) -> list[TopicPartition]:
     return [TopicPartition(t, p) for t, p in sorted(keys)]
 
 
-def group_generation(consumer: Consumer) -> int | None:
+def group_generation(consumer: Consumer | None) -> int | None:
     """The group generation (classic) or member epoch (KIP-848) the consumer holds, if known.
 
     Read from ``consumer_group_metadata()``, whose serialized form starts with ``CGMDv2:``
     and the generation as an int32 in the host's byte order (librdkafka copies it as it is
     in memory); None when that form is not recognised.
     """
+    if consumer is None:
+        return None
     try:
         data = bytes(Consumer.consumer_group_metadata(consumer))
     except (KafkaException, RuntimeError, TypeError):
@@ -64,7 +67,13 @@ class RawClient:
     """The underlying ``confluent_kafka.Consumer`` calls, with their errors classified."""
 
     def __init__(self, consumer: Consumer, group_id: str, on_fatal: FatalHandler) -> None:
-        self._c = consumer
+        #: Weak: the application's reference alone keeps the consumer alive, as upstream's (I10).
+        #: (A plain ``Consumer`` cannot be weakly referenced; nothing of ours refers back to one.)
+        self._ref: Callable[[], Consumer | None]
+        try:
+            self._ref = weakref.ref(consumer)
+        except TypeError:
+            self._ref = lambda: consumer
         self._group_id = group_id
         #: This member's group.instance.id, if it is static (for the fatal error's advice).
         self.instance_id: str | None = None
@@ -90,10 +99,18 @@ class RawClient:
             self.check_event(error)
         raise exc
 
+    def _live(self) -> Consumer:
+        """The consumer; upstream's "Consumer closed" once the application dropped it (only a
+        thread of ours can still get here then, and it stops)."""
+        consumer = self._ref()
+        if consumer is None:
+            raise consumer_closed(("Consumer closed",), "the SafeConsumer was dropped without close()")
+        return consumer
+
     def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``method`` (a ``Consumer`` method) on the raw client, with its errors translated."""
         try:
-            return method(self._c, *args, **kwargs)
+            return method(self._live(), *args, **kwargs)
         except KafkaException as exc:
             self._raised(exc)
 
@@ -101,7 +118,7 @@ class RawClient:
     def consume(self, num_messages: int, timeout: float) -> tuple[list[Message], bool]:
         """A batch from librdkafka, and whether it holds error events (each one classified)."""
         try:
-            batch = _consume(self._c, num_messages, timeout)
+            batch = _consume(self._live(), num_messages, timeout)
         except KafkaException as exc:
             self._raised(exc)
         errors = bool(batch) and any(map(_error, batch))
@@ -114,7 +131,7 @@ class RawClient:
 
     def poll(self, timeout: float) -> Message | None:
         try:
-            msg = Consumer.poll(self._c, timeout)
+            msg = Consumer.poll(self._live(), timeout)
         except KafkaException as exc:
             self._raised(exc)
         if msg is not None:
@@ -177,6 +194,6 @@ class RawClient:
     def close_quietly(self) -> None:
         """Close after a fatal error: best effort, nothing raised (the fatal error is what counts)."""
         try:
-            Consumer.close(self._c)
+            Consumer.close(self._live())
         except Exception as exc:  # noqa: BLE001 - already failing; closing is best effort
             logger.debug("close after a fatal error reported %s", exc)

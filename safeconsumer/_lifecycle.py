@@ -216,6 +216,22 @@ class Lifecycle:
             if failed is not None:
                 raise failed
 
+    def dropped(self) -> None:
+        """OPEN -> CLOSED: the application dropped the consumer without close() (I10).
+
+        Called by the finalizer ``assemble`` registers, on the thread that dropped the last
+        reference, before librdkafka's destroy (which leaves the group, as upstream's does). No
+        thread of ours holds the consumer then (the keeper holds it only inside a locked call), so
+        neither waits for the lock here: the keeper and the explainer are told to stop and end by
+        themselves. Changes ``state``.
+        """
+        parts = self._parts
+        if parts is None or self.state is State.CLOSED:
+            return
+        self.state = State.CLOSED
+        parts.keeper.stop(join=False)
+        parts.explainer.stop()
+
     def fail(self, fatal: FatalConsumerError, err: KafkaError) -> NoReturn:
         """Stop at once: no more joins or heartbeats, close, remember, apply the exit policy, raise.
 
@@ -259,8 +275,16 @@ class KeepaliveLink:
     """The keeper's view of its consumer (:class:`._keepalive.KeepaliveHost`): nothing else."""
 
     def __init__(
-        self, life: Lifecycle, reader: Reader, set_parked: Callable[[bool], None], telemetry: Telemetry
+        self,
+        consumer: Callable[[], object],
+        life: Lifecycle,
+        reader: Reader,
+        set_parked: Callable[[bool], None],
+        telemetry: Telemetry,
     ) -> None:
+        #: A weak reference to the consumer: held strongly only inside a locked call, so that the
+        #: application's reference alone keeps it alive (I10).
+        self._consumer = consumer
         self._life = life
         self._reader = reader
         self._set_parked = set_parked
@@ -275,12 +299,14 @@ class KeepaliveLink:
 
     def set_parked(self, parked: bool) -> None:
         with self.lock:
-            if self._life.state is State.OPEN:
+            pinned = self._consumer()  # alive until this call ends
+            if pinned is not None and self._life.state is State.OPEN:
                 self._set_parked(parked)
 
     def keep_alive(self) -> bool:
         with self.lock:
-            if self._life.state is not State.OPEN:
+            pinned = self._consumer()  # alive until this call ends (freed on this thread if dropped meanwhile)
+            if pinned is None or self._life.state is not State.OPEN:
                 return False
             try:
                 self._reader.keep_alive()

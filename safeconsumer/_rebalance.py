@@ -30,6 +30,7 @@ import contextlib
 import logging
 import re
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -79,7 +80,8 @@ class Rebalancer:
         owned_changed: Callable[[int], object] = lambda _n: None,
         requery_delay: float = 0.0,
     ):
-        self._consumer = consumer
+        #: Weak (I10); librdkafka calls back only inside a call on the consumer, so it is alive then.
+        self._consumer = weakref.ref(consumer)
         self._client = client
         self._table = table
         self._ledger = ledger
@@ -178,7 +180,7 @@ class Rebalancer:
         try:
             if self.user_on_assign is not None:
                 with self._user_callback():
-                    self.user_on_assign(self._consumer, partitions)
+                    self.user_on_assign(self._consumer(), partitions)
         finally:
             self._in_assign = False
             if not self._assign_called:
@@ -222,7 +224,7 @@ class Rebalancer:
     def _run_callback(self, callback: RebalanceCallback, partitions: list[TopicPartition]) -> None:
         """Run one deferred on_lost callback of the application (for :attr:`deferred`)."""
         with self._user_callback():
-            callback(self._consumer, partitions)
+            callback(self._consumer(), partitions)
 
     def _leaving(
         self, partitions: list[TopicPartition], callback: RebalanceCallback | None, reason: LeaveReason
@@ -235,7 +237,7 @@ class Rebalancer:
                 try:
                     if callback is not None:
                         with self._user_callback():
-                            callback(self._consumer, partitions)
+                            callback(self._consumer(), partitions)
                 finally:
                     self._left(keys, reason, rebalance=True)
         finally:
@@ -267,7 +269,7 @@ class Rebalancer:
             logger.debug("fetch memory check failed", exc_info=True)
 
     def _generation(self) -> str:
-        generation = group_generation(self._consumer)
+        generation = group_generation(self._consumer())
         return "generation unknown" if generation is None else f"generation {generation}"
 
     @contextlib.contextmanager

@@ -32,6 +32,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
@@ -297,8 +298,12 @@ class SafeAIOConsumer:
         await self._call("subscribe", *args, **kwargs)
 
     def _rebalance_callback(self, callback: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        # Weak: librdkafka holds the callback, so a strong one would keep this consumer (and its
+        # SafeConsumer) alive after the application dropped it (I10). It runs only inside a call of ours.
+        this = weakref.ref(self)
+
         def with_self(_consumer: SafeConsumer, partitions: list[TopicPartition]) -> Awaitable[Any]:
-            return callback(self, partitions)
+            return callback(this(), partitions)
 
         return _on_loop(self._loop, with_self)
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable, Iterator, Mapping
 
@@ -50,17 +49,3 @@ def full_group_kafka(
     kit = KafkaTestKit(kafka_broker_factory(FULL_GROUP_LIMITS).bootstrap_servers, prefix="full")
     yield kit
     kit.close()
-
-
-@pytest.fixture(autouse=True)
-def _collect_dropped_clients() -> Iterator[None]:
-    """Collect what a test dropped at the end of that test, not inside a later one.
-
-    Some tests leave clients unclosed on purpose (argument conformance builds many). A dropped
-    client in a reference cycle is destroyed whenever the garbage collector runs; if that is
-    inside another client's librdkafka callback, confluent_kafka's destroy nests in the running
-    call and hangs (seen once: a later test's poll() stuck in rd_kafka_destroy). Collecting
-    here keeps the destroy at a safe point.
-    """
-    yield
-    gc.collect()
