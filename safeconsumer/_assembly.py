@@ -194,6 +194,7 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
         protocol=protocol,
         explainer=explainer,
         closing=life.stopping,
+        failed_in_close=life.callback_failed_in_close,
         owned_changed=budget.owned,
         # Long enough for a partition that did start to hand over what it fetched (an empty
         # fetch answers after fetch.wait.max.ms).

@@ -118,6 +118,8 @@ class Lifecycle:
         self.fatal: FatalConsumerError | None = None
         #: An exception the application's callback raised on the keepalive thread (see defer()).
         self._deferred: BaseException | None = None
+        #: The first exception of the application's callbacks during close(), raised once closed.
+        self._close_error: Exception | None = None
         self._parts: _Parts | None = None
 
     @classmethod
@@ -163,7 +165,18 @@ class Lifecycle:
         """
         error, self._deferred = self._deferred, None
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                del error  # no cycle through this frame (see _close_client)
+
+    def callback_failed_in_close(self, error: Exception) -> None:
+        """Called by the rebalancer when an application callback raises while close() revokes:
+        close() raises ``error`` once librdkafka closed (the first one). Through librdkafka it would
+        stop the close half-way, and confluent_kafka would keep the consumer alive (I10).
+        Sets ``_close_error``."""
+        if self._close_error is None:
+            self._close_error = error
 
     # -- transitions -------------------------------------------------------------------------
     def close(self) -> None:
@@ -213,8 +226,15 @@ class Lifecycle:
                 self.state = State.CLOSED
                 parts.table.cleared()
                 parts.budget.leave()
+            failed = failed or self._close_error
+            self._close_error = None
             if failed is not None:
-                raise failed
+                try:
+                    raise failed
+                finally:
+                    # This frame is in the exception's traceback: holding it here too would be a
+                    # cycle, and the consumer the traceback reaches would wait for a collection (I10).
+                    del failed
 
     def dropped(self) -> None:
         """OPEN -> CLOSED: the application dropped the consumer without close() (I10).
@@ -265,6 +285,7 @@ class Lifecycle:
                         parts.client.close_quietly()
                     finally:
                         self.state = State.CLOSED
+                        self._close_error = None  # the fatal error is what is raised
                         parts.table.cleared()
                 if self.on_fatal == "exit":
                     exit_process(EXIT_GROUP_MAX_SIZE if isinstance(fatal, GroupMaxSizeReachedError) else EXIT_FATAL)

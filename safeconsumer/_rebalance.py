@@ -77,6 +77,7 @@ class Rebalancer:
         protocol: str,
         explainer: RebalanceExplainer,
         closing: Callable[[], bool] = lambda: False,
+        failed_in_close: Callable[[Exception], None] = lambda _exc: None,
         owned_changed: Callable[[int], object] = lambda _n: None,
         requery_delay: float = 0.0,
     ):
@@ -98,6 +99,8 @@ class Rebalancer:
         self.subscription: list[str] | None = None
         #: close() (or a fatal stop) has begun: revocations are final. The consumer's lifecycle answers.
         self._closing = closing
+        #: Told of an application callback's exception during close() (the lifecycle raises it after).
+        self._failed_in_close = failed_in_close
         #: Partitions owned when unsubscribe() was called: their coming revocation is final.
         #: Set by :meth:`unsubscribed`, emptied key by key in :meth:`_left`. It stays here, not in
         #: the partition table: it is a fact about the rebalance in progress (an eager revocation
@@ -238,6 +241,10 @@ class Rebalancer:
                     if callback is not None:
                         with self._user_callback():
                             callback(self._consumer(), partitions)
+                except Exception as exc:
+                    if not self._closing():
+                        raise
+                    self._failed_in_close(exc)  # close() raises it once librdkafka closed
                 finally:
                     self._left(keys, reason, rebalance=True)
         finally:

@@ -58,17 +58,27 @@ def _assigned(c: Consumer, timeout: float = 60.0) -> None:
         c.poll(0.1)
 
 
+def _refuse(_consumer: object, _partitions: object) -> None:
+    raise RuntimeError("the application's on_revoke failed")
+
+
+@pytest.mark.parametrize("how", ["dropped", "close() raised"])
 def test_a_dropped_consumer_is_freed_at_once_and_its_threads_end(
-    kafka: KafkaTestKit, protocol: Protocol, collector_off: None
+    kafka: KafkaTestKit, protocol: Protocol, collector_off: None, how: str
 ) -> None:
+    """Dropped without close(), or after a close() that raised (the application's on_revoke
+    failed: close() raises it once librdkafka closed, as upstream's close() raises it)."""
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, 10)
     before = set(threading.enumerate())
     c = SafeConsumer(kafka.consumer_conf(kafka.name("g"), protocol))  # keepalive="auto": its thread runs
-    c.subscribe([topic])
+    c.subscribe([topic], on_revoke=_refuse)
     _assigned(c)
     c.poll(0.5)
     assert any(t.name == "safeconsumer-keeper" for t in set(threading.enumerate()) - before)
+    if how == "close() raised":
+        with pytest.raises(RuntimeError, match="on_revoke failed"):
+            c.close()
     dropped = weakref.ref(c)
     del c
     assert dropped() is None, "a reference cycle or a thread keeps the dropped consumer alive"
@@ -150,19 +160,13 @@ class _Weakly(Consumer):
     """A raw consumer that a weak reference can watch (``Consumer`` itself cannot be)."""
 
 
-def _refuse(_consumer: object, _partitions: object) -> None:
-    raise RuntimeError("the application's on_revoke failed")
-
-
 def test_characterization_upstream_keeps_a_consumer_whose_close_raised_from_on_revoke(
     kafka: KafkaTestKit, collector_off: None
 ) -> None:
-    """SPEC I10 also names a consumer whose close() raised. confluent_kafka itself keeps that one:
-    when on_revoke raises inside close() called from a function, the raw consumer stays alive
-    after its last reference goes, also through a collection (a reference the C extension keeps,
-    not a cycle). A SafeConsumer in that case is kept the same way (its close() runs in frames
-    that hold it), so it is left out of the test above until SafeConsumer can close without the
-    C extension's failing path. This test fails once confluent_kafka frees it."""
+    """Why SafeConsumer keeps an application callback's exception out of librdkafka during close():
+    when on_revoke raises inside a raw consumer's close() called from a function, confluent_kafka
+    keeps that consumer alive after its last reference goes, also through a collection (a
+    reference the C extension keeps, not a cycle). This test fails once confluent_kafka frees it."""
     topic = kafka.create_topic(partitions=1)
     c = _Weakly(kafka.consumer_conf(kafka.name("g")))
     c.subscribe([topic], on_revoke=_refuse)
@@ -176,4 +180,4 @@ def test_characterization_upstream_keeps_a_consumer_whose_close_raised_from_on_r
     dropped = weakref.ref(c)
     del c
     gc.collect()
-    assert dropped() is not None, "confluent_kafka now frees a consumer whose close() raised: extend I10's test"
+    assert dropped() is not None, "confluent_kafka now frees a consumer whose close() raised"
