@@ -16,10 +16,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, ClassVar, Literal, TypeVar, cast, overload
+from inspect import Parameter, Signature
+from typing import Any, ClassVar, TypeVar, cast
 
 from confluent_kafka import Consumer, Message, TopicPartition
 from opentelemetry.metrics import MeterProvider
@@ -28,6 +28,7 @@ from opentelemetry.trace import Span, TracerProvider
 from ._assembly import assemble, judge
 from ._config import redact_config
 from ._delivery import DeliveryStats
+from ._deprecated import DeprecatedNames
 from ._keepalive import KeepaliveMode
 from ._keys import RebalanceCallback
 from ._lifecycle import AsyncLink, FatalPolicy, Lifecycle, State
@@ -61,9 +62,9 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _guarded(method: _F) -> _F:
-    """The state guard of the facade's override of upstream's method of the same name: on a
-    stopped consumer upstream's own method answers, given exactly the caller's arguments (see
-    :meth:`SafeConsumer._stopped`); arguments that do not bind are judged by upstream's method."""
+    """The state guard of an override of upstream's method of the same name: on a stopped consumer
+    upstream's own method answers, given exactly the caller's arguments (:meth:`SafeConsumer._stopped`);
+    arguments that do not bind are judged by upstream's method."""
     return upstream_arguments(
         method,
         stopped=lambda self: self._life.state is _CLOSED,
@@ -71,7 +72,28 @@ def _guarded(method: _F) -> _F:
     )
 
 
-class SafeConsumer(Consumer):
+def _typed_as(upstream: _F) -> Callable[[Callable[..., Any]], _F]:
+    """For type checkers: the decorated override has ``upstream``'s type (its overloads)."""
+    return lambda method: cast(_F, method)
+
+
+def _passed_through(upstream: _F, *parameters: str, **defaults: Any) -> _F:
+    """Upstream's ``upstream`` method as it is (its type, arguments and answer), guarded, called under
+    the client lock with its errors translated. ``inspect`` shows ``parameters`` then ``defaults``."""
+
+    def passed(self: SafeConsumer, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._client.call(upstream, *args, **kwargs)
+
+    name = upstream.__name__
+    passed.__name__, passed.__qualname__, passed.__doc__ = name, f"SafeConsumer.{name}", upstream.__doc__
+    shown = [Parameter(p, Parameter.POSITIONAL_OR_KEYWORD) for p in ("self", *parameters)]
+    shown += [Parameter(p, Parameter.POSITIONAL_OR_KEYWORD, default=d) for p, d in defaults.items()]
+    passed.__signature__ = Signature(shown)  # type: ignore[attr-defined]
+    return _guarded(cast(_F, passed))
+
+
+class SafeConsumer(DeprecatedNames, Consumer):
     """A ``confluent_kafka.Consumer`` whose pause state survives rebalances and which never
     hands out a record of a paused or unowned partition, nor loses one it withheld.
 
@@ -111,28 +133,24 @@ class SafeConsumer(Consumer):
             default half of ``max.poll.interval.ms``.
         :param keepalive_max: ceiling of one automatic parked span, in seconds; past it the member
             is left to be evicted. Default ten times ``max.poll.interval.ms``.
-        :param on_fatal: what a fatal error does once the consumer has stopped and closed:
-            ``"raise"`` (default) raises it from the call that saw it and from every later
-            call; ``"exit"`` also logs one CRITICAL line and ends the process with
-            :data:`EXIT_GROUP_MAX_SIZE` (group full) or :data:`EXIT_FATAL`, even when the error
-            was seen on the keepalive thread.
-        :param commit_retry: how a synchronous ``commit()`` is retried while the group
-            coordinator moves (:class:`CommitRetry`; default 5 attempts within 30 s, jittered
-            backoff from 0.2 s up to 5 s). Ownership is checked again before every attempt.
-            ``None``: never retried.
+        :param on_fatal: what a fatal error does once the consumer has stopped and closed: ``"raise"``
+            (default) raises it from the call that saw it and every later call; ``"exit"`` also logs
+            one CRITICAL line and ends the process with :data:`EXIT_GROUP_MAX_SIZE` (group full) or
+            :data:`EXIT_FATAL`, even when the error was seen on the keepalive thread.
+        :param commit_retry: how a synchronous ``commit()`` is retried while the group coordinator
+            moves (:class:`CommitRetry`; default 5 attempts within 30 s, jittered backoff from 0.2 s
+            up to 5 s). Ownership is checked again before every attempt. ``None``: never retried.
         :param meter_provider: OpenTelemetry meter provider for this consumer's metrics;
             default the global one (a no-op unless the application installed an SDK).
         :param tracer_provider: OpenTelemetry tracer provider for its spans; default the global one.
-        :param explain_rebalances: find the cause of a rebalance a peer caused (which member
-            joined or left) by describing the group with the admin API from a background
-            thread, after the rebalance. ``False``: such rebalances are logged and counted
-            with the cause ``unknown``. The causes of this member's own rebalances are always
-            known.
-        :param fetch_memory_budget: bytes this process's SafeConsumers may buffer at worst
-            (``None``: no budget). On every assignment change the worst case of all of them is
-            estimated from their configs and assignments (see docs/group-health.md); above the
-            budget a WARNING names the settings to change. Raises ``ValueError`` if this
-            consumer alone exceeds it before owning any partition.
+        :param explain_rebalances: find the cause of a rebalance a peer caused (which member joined or
+            left) by describing the group with the admin API from a background thread, after the
+            rebalance. ``False``: such rebalances are logged and counted with the cause ``unknown``.
+            The causes of this member's own rebalances are always known.
+        :param fetch_memory_budget: bytes this process's SafeConsumers may buffer at worst (``None``:
+            no budget). On every assignment change the worst case of all of them is estimated from
+            their configs and assignments (see docs/group-health.md); above the budget a WARNING
+            names the settings to change. ``ValueError`` if this consumer alone exceeds it unassigned.
         """
         # The config is judged as confluent_kafka and librdkafka judge it, before anything else.
         settings = judge(
@@ -159,6 +177,10 @@ class SafeConsumer(Consumer):
 
     def __repr__(self) -> str:
         return f"<SafeConsumer group={self._life.group_id!r} {self._life.state.value}>"
+
+    def _delivery_stats(self) -> DeliveryStats:
+        with self._lock:
+            return self._gate.stats()
 
     def _stopped(self, method: Any, name: str, *args: Any, **kwargs: Any) -> Any:
         """A confluent_kafka method called on a stopped consumer: see :func:`._upstream.stopped`."""
@@ -188,15 +210,13 @@ class SafeConsumer(Consumer):
     # -- consuming -----------------------------------------------------------------------
     def poll(self, *args: Any, **kwargs: Any) -> Message | None:
         """``poll(timeout=-1)``: one record or error event, or None when ``timeout`` seconds pass."""
-        # The arguments are taken as given, so that a call upstream's parser would refuse reaches
-        # it exactly as written (its TypeError and message).
+        # The arguments are taken as given: a call upstream would refuse reaches it as written.
         if kwargs or len(args) > 1:
             return self._poll_unusual(args, kwargs)
         timeout = args[0] if args else -1
-        # The fast lane: records of a batch that was wholly deliverable when it arrived, not
-        # yet handed out. Everything that could change that (a rebalance, pause, park, seek,
-        # close) first takes the lane back under the lock; an atomic pop here either beat it
-        # or finds the lane empty. The deadline keeps a real call reaching librdkafka.
+        # The fast lane: records of a batch wholly deliverable when it arrived. Whatever could change
+        # that (rebalance, pause, park, seek, close) first takes the lane back under the lock; an
+        # atomic pop here beat it or finds the lane empty. The deadline keeps calls reaching librdkafka.
         lane = self._lane
         if lane and timeout.__class__ in _TIMEOUT_TYPES and _monotonic() < self._reader.lane_until:
             try:
@@ -207,8 +227,7 @@ class SafeConsumer(Consumer):
         if life.state is _CLOSED or timeout.__class__ not in _TIMEOUT_TYPES:
             # Stopped, or a timeout upstream may refuse: upstream's own poll() answers first.
             return self._poll_unusual(args, kwargs)
-        # acquire/release rather than ``with``: the context-manager protocol costs as much
-        # again as the lock itself.
+        # acquire/release, not ``with``: the context-manager protocol costs as much as the lock.
         lock = self._lock
         lock.acquire()
         try:
@@ -274,19 +293,6 @@ class SafeConsumer(Consumer):
             raise self._life.closed_error("keepalive")
         with self._keeper.block():
             yield
-
-    @property
-    def parked(self) -> bool:
-        """Deprecated: ``pause_state().parked``. Whether the keepalive has parked this consumer now.
-
-        Not among SPEC's additions to upstream's API; removed in 1.0.
-        """
-        warnings.warn(
-            "SafeConsumer.parked is deprecated: use consumer.pause_state().parked",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self._keeper.parked
 
     # -- assignment ------------------------------------------------------------------------
     @_guarded
@@ -380,31 +386,8 @@ class SafeConsumer(Consumer):
         with self._lock:
             return self._rebalancer.pause_state(parked=self._keeper.parked)
 
-    def delivery_stats(self) -> DeliveryStats:
-        """Deprecated: ``safeconsumer.delivery_stats(consumer)``. Counters of the delivery gate.
-
-        Not among SPEC's additions to upstream's API; removed in 1.0.
-        """
-        warnings.warn(
-            "SafeConsumer.delivery_stats() is deprecated: use safeconsumer.delivery_stats(consumer)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return delivery_stats(self)
-
     # -- offsets (policy: _offsets) ------------------------------------------------------
-    @overload
-    def commit(self, *, asynchronous: Literal[True] = ...) -> None: ...
-    @overload
-    def commit(self, *, asynchronous: Literal[False]) -> list[TopicPartition]: ...
-    @overload
-    def commit(self, *, message: Message, asynchronous: Literal[True] = ...) -> None: ...
-    @overload
-    def commit(self, *, message: Message, asynchronous: Literal[False]) -> list[TopicPartition]: ...
-    @overload
-    def commit(self, *, offsets: list[TopicPartition], asynchronous: Literal[True] = ...) -> None: ...
-    @overload
-    def commit(self, *, offsets: list[TopicPartition], asynchronous: Literal[False]) -> list[TopicPartition]: ...
+    @_typed_as(Consumer.commit)  # upstream's overloads: the result's type follows ``asynchronous``
     @_guarded
     def commit(
         self,
@@ -419,12 +402,6 @@ class SafeConsumer(Consumer):
         self._offsets.store(message, offsets)
 
     @_guarded
-    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
-        with self._lock:
-            result: list[TopicPartition] = self._client.call(Consumer.committed, partitions, timeout)
-            return result
-
-    @_guarded
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """As confluent_kafka's: the offset after the last record *the application* received."""
         with self._lock:
@@ -435,45 +412,16 @@ class SafeConsumer(Consumer):
         with self._lock:
             self._rebalancer.seek(partition)
 
-    # -- metadata and pass-through -------------------------------------------------------
-    def _passed_through(self, method: Any, *args: Any) -> Any:
-        """Upstream's ``method``, under the lock, its errors translated."""
-        with self._lock:
-            return self._client.call(method, *args)
-
-    @_guarded
-    def get_watermark_offsets(
-        self, partition: TopicPartition, timeout: float = -1, cached: bool = False
-    ) -> tuple[int, int]:
-        return cast("tuple[int, int]", self._passed_through(Consumer.get_watermark_offsets, partition, timeout, cached))
-
-    @_guarded
-    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
-        return cast("list[TopicPartition]", self._passed_through(Consumer.offsets_for_times, partitions, timeout))
-
-    @_guarded
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        return self._passed_through(Consumer.list_topics, topic, timeout)
-
-    @_guarded
-    def cluster_id(self, timeout: float = -1) -> str:
-        return cast(str, self._passed_through(Consumer.cluster_id, timeout))
-
-    @_guarded
-    def memberid(self) -> str:
-        return cast(str, self._passed_through(Consumer.memberid))
-
-    @_guarded
-    def consumer_group_metadata(self) -> Any:
-        return self._passed_through(Consumer.consumer_group_metadata)
-
-    @_guarded
-    def set_sasl_credentials(self, username: str, password: str) -> None:
-        self._passed_through(Consumer.set_sasl_credentials, username, password)
-
-    @_guarded
-    def assignment(self) -> list[TopicPartition]:
-        return cast("list[TopicPartition]", self._passed_through(Consumer.assignment))
+    # -- upstream's own, under the client lock ------------------------------------------------
+    committed = _passed_through(Consumer.committed, "partitions", timeout=-1)
+    get_watermark_offsets = _passed_through(Consumer.get_watermark_offsets, "partition", timeout=-1, cached=False)
+    offsets_for_times = _passed_through(Consumer.offsets_for_times, "partitions", timeout=-1)
+    list_topics = _passed_through(Consumer.list_topics, topic=None, timeout=-1)
+    cluster_id = _passed_through(Consumer.cluster_id, timeout=-1)
+    memberid = _passed_through(Consumer.memberid)
+    consumer_group_metadata = _passed_through(Consumer.consumer_group_metadata)
+    set_sasl_credentials = _passed_through(Consumer.set_sasl_credentials, "username", "password")
+    assignment = _passed_through(Consumer.assignment)
 
     # -- lifecycle -----------------------------------------------------------------------
     @upstream_arguments
@@ -495,8 +443,7 @@ class SafeConsumer(Consumer):
 show_upstream_signatures(SafeConsumer)
 
 
-# Functions, not methods: the consumer's own namespace stays upstream's plus SPEC's additions.
-# They are the facade's own (this module's), so they read its attributes.
+# Functions, not methods (the namespace stays upstream's plus SPEC's additions); the facade's own.
 def delivery_stats(consumer: SafeConsumer) -> DeliveryStats:
     """Counters of ``consumer``'s delivery gate: delivered, withheld, released, purged, dropped offsets.
 
@@ -507,8 +454,7 @@ def delivery_stats(consumer: SafeConsumer) -> DeliveryStats:
         raise TypeError(f"delivery_stats() takes a SafeConsumer, got {type(consumer).__name__}")
     if "_gate" not in vars(consumer):  # a subclass that never called __init__: nothing was counted
         raise consumer._life.closed_error("delivery_stats")
-    with consumer._lock:
-        return consumer._gate.stats()
+    return consumer._delivery_stats()
 
 
 def async_link(consumer: SafeConsumer) -> AsyncLink:
