@@ -41,6 +41,7 @@ from ._pause import PauseLedger
 from ._reader import Reader
 from ._rebalance import Rebalancer
 from ._retry import CommitRetry
+from ._stall import StallGuard, stall_bound
 from ._upstream import auto_store_setting, config_of, is_incremental, positive, protocol_label
 from .otel import Telemetry
 
@@ -199,9 +200,18 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
         # Long enough for a partition that did start to hand over what it fetched (an empty
         # fetch answers after fetch.wait.max.ms).
         requery_delay=float(config.get("fetch.wait.max.ms", 500)) / 1000 + 0.5,
+        stall_cause=lambda keys, cause: stall.cause_known(keys, cause),  # noqa: PLW0108 - built just below
+    )
+    stall = StallGuard(
+        client,
+        table,
+        bound=stall_bound(config),
+        reset=str(config.get("auto.offset.reset", "latest")).lower(),
+        restart=rebalancer.restart_stalled,
+        counted=telemetry.stall_healed,
     )
     client.on_failed_offset_fetch = rebalancer.failed_offset_fetch
-    reader = Reader(client, table, gate, rebalancer, real_call_every=min(1.0, max_poll_s / 10))
+    reader = Reader(client, table, gate, rebalancer, stall, real_call_every=min(1.0, max_poll_s / 10))
     offsets = Offsets(
         life=life, client=client, table=table, gate=gate, rebalancer=rebalancer, commit_retry=settings.commit_retry
     )

@@ -29,6 +29,7 @@ from ._client import RawClient
 from ._delivery import DeliveryGate
 from ._keys import READ_AHEAD
 from ._partitions import PartitionTable
+from ._stall import StallGuard
 
 if TYPE_CHECKING:
     from ._rebalance import Rebalancer
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 _monotonic = time.monotonic
+
+
+def _is_some(polled: object) -> bool:
+    """A poll() returned something (not ``bool``: a record with an empty value has length 0)."""
+    return polled is not None
 
 
 class Reader:
@@ -47,6 +53,7 @@ class Reader:
         table: PartitionTable,
         gate: DeliveryGate,
         rebalancer: Rebalancer,
+        stall: StallGuard,
         *,
         real_call_every: float,
     ):
@@ -63,6 +70,11 @@ class Reader:
         self.lane_until = 0.0
         #: The ownership epoch under which the read-ahead was fetched (-1: unknown, check each record).
         self._ahead_epoch = -1
+        #: The stall guard (I11), run on the application's calls when due; and when a read last found
+        #: librdkafka's queue empty (the guard's proof that records were not merely queued).
+        self._stall = stall
+        self._stall_watch = stall.watch
+        self.drained_at = 0.0
 
     def _come_back(self, now: float) -> None:
         table = self._table
@@ -70,7 +82,7 @@ class Reader:
         deferred = self._deferred
         if deferred.waiting:
             deferred.run_due(table.ahead)
-        self._requery_if_due(now)
+        self._maintain(now)
         gate = self._gate
         if table.dirty and now - gate.last_flush >= gate.flush_interval:
             gate.flush()
@@ -108,8 +120,10 @@ class Reader:
                 # The first event exactly as upstream's poll() takes it: callbacks queued
                 # before it are served now, those queued behind it by the next call.
                 polled = client.poll(0)
-                if polled is None and wait and not ahead:
-                    polled = self._until_due(client.poll, wait)
+                if polled is None:
+                    self.drained_at = now
+                    if wait and not ahead:
+                        polled = self._until_due(client.poll, wait, _is_some)
                 now = self.last_call = _monotonic()
                 if ahead:
                     # A rebalance served by that call gave back records read before it (eager
@@ -174,13 +188,15 @@ class Reader:
                     deferred.run_due(table.ahead)
                 return out
         epoch = table.epoch
-        if self._rebalancer.requery.due:
+        if self._next_due():
             msgs, errors = self._until_due(
                 lambda t: self._client.consume(num_messages, t), timeout, lambda result: result[0]
             )
         else:
             msgs, errors = self._client.consume(num_messages, timeout)
         self.last_call = _monotonic()
+        if len(msgs) < num_messages:
+            self.drained_at = self.last_call
         if table.ahead or table.maybe_releasable:
             # A rebalance served by that call gave back records read before it (eager limbo), or
             # one of its callbacks resumed a partition with withheld records: those go first,
@@ -200,25 +216,38 @@ class Reader:
             table.handed_out(out)
         return out
 
-    def _requery_if_due(self, now: float) -> None:
+    def _maintain(self, now: float) -> None:
+        """What falls due on the application's calls: re-assigning partitions whose committed
+        offset librdkafka gave up fetching (see _requery), and the stall guard (see _stall)."""
         due = self._rebalancer.requery.due
         if due and now >= due:
             self._rebalancer.requery_due()
+        if now >= self._stall_watch.due and self._table.owned:
+            self._stall.check(now, self.drained_at)
 
-    def _until_due(self, call: Callable[[float], _T], timeout: float, got_some: Callable[[_T], object] = bool) -> _T:
-        """``call(timeout)`` on librdkafka, cut short when a re-assignment of partitions it gave up
-        on (see _requery) falls due meanwhile: that runs, then the call goes on for the rest of
-        ``timeout`` (< 0: for ever) until ``got_some`` of what it returns."""
-        requery = self._rebalancer.requery
-        if not requery.due:
+    def _next_due(self) -> float:
+        """When :meth:`_maintain` next has work (0: none while nothing is owned or waits)."""
+        requery = self._rebalancer.requery.due
+        stall = self._stall_watch.due if self._table.owned else 0.0
+        if requery and stall:
+            return min(requery, stall)
+        return requery or stall
+
+    def _until_due(self, call: Callable[[float], _T], timeout: float, got_some: Callable[[_T], object]) -> _T:
+        """``call(timeout)`` on librdkafka, cut short when :meth:`_maintain` falls due meanwhile:
+        that runs, then the call goes on for the rest of ``timeout`` (< 0: for ever) until
+        ``got_some`` of what it returns."""
+        due = self._next_due()
+        if not due or (timeout >= 0 and _monotonic() + timeout < due):
             return call(timeout)
         deadline = None if timeout < 0 else _monotonic() + timeout
         while True:
             now = _monotonic()
-            self._requery_if_due(now)
+            self._maintain(now)
             step = -1.0 if deadline is None else max(0.0, deadline - now)
-            if requery.due:
-                until_due = max(0.0, requery.due - now)
+            due = self._next_due()
+            if due:
+                until_due = max(0.0, due - now)
                 step = until_due if step < 0 else min(step, until_due)
             got = call(step)
             if got_some(got) or (deadline is not None and _monotonic() >= deadline):
@@ -257,7 +286,10 @@ class Reader:
         ``on_lost`` in the next call. So the read goes through :class:`._deferred.DeferredOnLost`,
         where the application's ``on_lost`` waits behind the last error event read here.
         """
-        return self._deferred.read_ahead(self._client.consume, num_messages)
+        batch, errors = self._deferred.read_ahead(self._client.consume, num_messages)
+        if len(batch) < num_messages:
+            self.drained_at = _monotonic()
+        return batch, errors
 
     def keep_alive(self) -> None:
         """One real call for the keepalive: serves rebalances and counts as alive for librdkafka.

@@ -45,6 +45,7 @@ from ._keys import Key, RebalanceCallback
 from ._partitions import LeaveReason, PartitionTable
 from ._pause import PauseLedger, PauseState, subscription_can_match
 from ._requery import Requery
+from ._stall import CAUSES as STALL_CAUSES
 
 if TYPE_CHECKING:
     from .otel import Telemetry
@@ -80,6 +81,7 @@ class Rebalancer:
         failed_in_close: Callable[[Exception], None] = lambda _exc: None,
         owned_changed: Callable[[int], object] = lambda _n: None,
         requery_delay: float = 0.0,
+        stall_cause: Callable[[list[Key] | None, str], None] = lambda _keys, _cause: None,
     ):
         #: Weak (I10); librdkafka calls back only inside a call on the consumer, so it is alive then.
         self._consumer = weakref.ref(consumer)
@@ -136,6 +138,8 @@ class Rebalancer:
         self.requery = Requery(requery_delay)
         #: Told how many partitions are owned after every assignment change (fetch memory).
         self._owned_changed_to = owned_changed
+        #: Told when an error event names why partitions will not fetch (the stall guard, _stall).
+        self._stall_cause = stall_cause
 
     @property
     def subscribed(self) -> bool:
@@ -361,12 +365,14 @@ class Rebalancer:
         topic, partition = event.topic(), event.partition()
         keys = None if topic is None or partition is None else [(topic, partition)]
         if self.subscribed:
-            # The group's own assignment: only the next rebalance starts those partitions.
+            # The group's own assignment: librdkafka would start those partitions only at the next
+            # rebalance. The stall guard starts them (it knows the cause now: no second look).
             logger.warning(
                 "librdkafka could not fetch the committed offset of assigned partition(s) (%s) and will not "
-                "retry: they fetch nothing until the next rebalance (librdkafka #5586)",
+                "retry (librdkafka #5586); the stall guard will start them again",
                 event.error(),
             )
+            self._stall_cause(keys, "offset_fetch_failed")
             return
         delay = self.requery.failed(keys, time.monotonic())
         logger.info("committed offset fetch failed (%s); looking at the partition(s) in %.1fs", event.error(), delay)
@@ -441,6 +447,44 @@ class Rebalancer:
         paused = [k for k in stuck if self._table.owned[k].applied]
         if paused:
             self._client.pause(paused)
+
+    def restart_stalled(self, starts: dict[Key, int], causes: dict[Key, str]) -> list[Key]:
+        """Called by the stall guard (lock held, outside any callback): these owned partitions
+        should be fetching and are not. Each is resumed inside librdkafka (intent says resumed: a
+        pause left there goes) and assigned again from ``starts`` (its position; without one, its
+        committed offset or OFFSET_INVALID: librdkafka fetches it anew). Ownership, pause marks and
+        the table's records do not change. Returns those started again."""
+        table = self._table
+        keys = sorted(k for k in starts if k in table.owned and not table.owned[k].applied and k not in table.paused)
+        if not keys or self._closing():
+            return []
+        self._client.resume(keys)
+        try:
+            self._client.incremental_unassign(tps(keys))
+        except FatalConsumerError:
+            raise
+        except KafkaException:
+            # An eager classic subscription: librdkafka takes only whole assignments. Every other
+            # partition is given again from its own position, so none reads anything twice.
+            owned = list(table.owned)
+            offsets = {(tp.topic, tp.partition): tp.offset for tp in self._client.position(owned)}
+            offsets.update((k, starts[k]) for k in keys)
+            self._client.assign([TopicPartition(t, p, offsets[(t, p)]) for t, p in owned])
+            applied = [k for k in owned if table.owned[k].applied]
+            if applied:
+                self._client.pause(applied)
+        else:
+            self._client.incremental_assign([TopicPartition(t, p, starts[(t, p)]) for t, p in keys])
+        for topic, partition in keys:
+            start = starts[(topic, partition)]
+            logger.warning(
+                "partition %s[%d] stalled: %s; assigned it again from %s",
+                topic,
+                partition,
+                STALL_CAUSES.get(causes.get((topic, partition), ""), "cause unknown"),
+                f"offset {start}" if start >= 0 else "its committed offset",
+            )
+        return keys
 
     def unsubscribed(self) -> None:
         """Called by the facade's unsubscribe() (lock held): the coming revocation of what is owned is final."""

@@ -150,6 +150,11 @@ class Telemetry:
         self._fatal = meter.create_counter(
             "safeconsumer.fatal_errors", unit="{error}", description="Fatal errors that stopped the consumer."
         )
+        self._stalls = meter.create_counter(
+            "safeconsumer.stalls",
+            unit="{partition}",
+            description="Partitions found not fetching past their position, and started again (SPEC I11).",
+        )
 
     def bind(self, table: PartitionTable) -> None:
         """Read the partition table's counters (weakly: a meter provider never keeps a consumer alive)."""
@@ -242,6 +247,17 @@ class Telemetry:
     def keepalive_ended(self, span: Span, mode: str, seconds: float) -> None:
         self._keepalive.record(seconds, {**self.base, "safeconsumer.keepalive.mode": mode})
         span.end()
+
+    def stall_healed(self, key: Key, cause: str) -> None:
+        """One stalled partition started again: counted by topic and cause, and a span."""
+        attributes: dict[str, AttributeValue] = {
+            **self.base,
+            "messaging.destination.name": key[0],
+            "messaging.destination.partition.id": str(key[1]),
+            "safeconsumer.stall.cause": cause,
+        }
+        self._stalls.add(1, {**self.base, "messaging.destination.name": key[0], "safeconsumer.stall.cause": cause})
+        self._tracer.start_span("safeconsumer stall heal", attributes=attributes).end()
 
     def fatal(self, error_type: str) -> None:
         self._fatal.add(1, {**self.base, "error.type": error_type})

@@ -15,12 +15,13 @@ committed offsets, pause marks kept, under every protocol setting.
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from safeconsumer import SafeConsumer
@@ -218,5 +219,68 @@ def test_a_partition_whose_committed_offset_fetch_failed_is_started_from_that_of
         c.resume([TopicPartition(held, 0)])
         checked_pump([(c, got)], lambda: 19 in _offsets(got, held), timeout=60, what="the paused one, resumed")
         assert _offsets(got, held) == list(range(3, 20)), "the paused partition did not start from its committed offset"
+    finally:
+        c.close()
+
+
+def _fetch_committed_again(c: Consumer, protocol: Protocol, tp: TopicPartition) -> None:
+    """Have librdkafka fetch the committed offset of subscribed ``tp`` again, as a rebalance that
+    gives it back does, through confluent_kafka's own methods on the handle (the group is not told)."""
+    if protocol == "range":
+        Consumer.assign(c, [tp])  # eager: librdkafka takes only whole assignments
+    else:
+        Consumer.incremental_unassign(c, [tp])
+        Consumer.incremental_assign(c, [tp])
+
+
+def test_raw_subscribed_partition_never_fetches_after_its_committed_offset_fetch_fails(
+    cluster: Cluster, kit: KafkaTestKit
+) -> None:
+    """Characterization (librdkafka #5586 under subscribe()): the same failure, no retry, nothing fetched."""
+    topic, group = kit.create_topic(), kit.name("g")
+    kit.produce(topic, DELIVERED, partitions=1)
+    c = Consumer(kit.consumer_conf(group, "cooperative-sticky", enable_auto_commit=False))
+    got = Received()
+    try:
+        c.subscribe([topic])
+        pump([(c, got)], lambda: len(got.records) == DELIVERED, timeout=60, what="the first records")
+        c.commit(offsets=[TopicPartition(topic, 0, DELIVERED)], asynchronous=False)
+        cluster.move_coordinator()
+        start = len(got.records)
+        _fetch_committed_again(c, "cooperative-sticky", TopicPartition(topic, 0))
+        pump([(c, got)], lambda: _failed_fetches(got), timeout=30, what="the failed committed-offset fetch")
+        kit.produce(topic, RECORDS - DELIVERED, partitions=1, start=DELIVERED)
+        pump_for([(c, got)], 8.0)
+        assert len(got.records) == start, "librdkafka fetched the committed offset again (#5586 fixed?)"
+        assert len(_failed_fetches(got)) == 1, f"librdkafka retried the fetch: {got.errors}"
+    finally:
+        c.close()
+
+
+def test_under_subscribe_the_stall_guard_starts_a_partition_whose_committed_offset_fetch_failed(
+    cluster: Cluster, kit: KafkaTestKit, protocol: Protocol, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SafeConsumer, subscribed: the error event names the cause, the stall guard assigns the partition
+    again without waiting for a second look, and it reads on from its committed offset."""
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    topic, group = kit.create_topic(), kit.name("g")
+    kit.produce(topic, DELIVERED, partitions=1)
+    conf = kit.consumer_conf(group, protocol, enable_auto_commit=False, socket_timeout_ms=2000, fetch_wait_max_ms=100)
+    c = SafeConsumer(conf)
+    got = Received()
+    try:
+        c.subscribe([topic])
+        checked_pump([(c, got)], lambda: len(got.records) == DELIVERED, timeout=60, what="the first records")
+        c.commit(offsets=[TopicPartition(topic, 0, DELIVERED)], asynchronous=False)
+        cluster.move_coordinator()
+        start = len(got.records)
+        _fetch_committed_again(c, protocol, TopicPartition(topic, 0, OFFSET_INVALID))
+        checked_pump([(c, got)], lambda: _failed_fetches(got), timeout=30, what="the failed committed-offset fetch")
+        kit.produce(topic, RECORDS - DELIVERED, partitions=1, start=DELIVERED)
+        checked_pump([(c, got)], lambda: RECORDS - 1 in _offsets(got, topic), timeout=60, what="the rest of the topic")
+        assert _failed_fetches(got), "the committed-offset fetch did not fail: nothing was shown"
+        assert _offsets(got, topic)[start:] == list(range(DELIVERED, RECORDS)), "not read on from the committed offset"
+        stalls = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
+        assert len(stalls) == 1 and "#5586" in stalls[0] and f"{topic}[0]" in stalls[0], stalls
     finally:
         c.close()
