@@ -215,12 +215,13 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
     offsets = Offsets(
         life=life, client=client, table=table, gate=gate, rebalancer=rebalancer, commit_retry=settings.commit_retry
     )
-    link = KeepaliveLink(consumer_ref, life, reader, rebalancer.set_parked, telemetry)
+    link = KeepaliveLink(consumer_ref, life, reader, rebalancer.set_parked, telemetry, holds_records=table.app_holds)
     keeper = Keeper(
         link,
         mode=settings.keepalive,
         after=positive("keepalive_after", settings.keepalive_after, max_poll_s / 2),
         ceiling=positive("keepalive_max", settings.keepalive_max, max_poll_s * 10),
+        max_poll=max_poll_s,
     )
     life.bind(
         client=client,

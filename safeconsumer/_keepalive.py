@@ -4,7 +4,11 @@ librdkafka evicts a member whose application has not called ``poll()``/``consume
 ``max.poll.interval.ms``. While the application works on something long, a background
 thread ("the keeper") *parks* the consumer - every assigned partition is paused inside
 librdkafka for the keepalive only, apart from the application's own pause intent - and
-polls it often enough to count as alive and to serve rebalances. Anything those polls
+polls it often enough to count as alive and to serve rebalances: every 0.1 s while the
+application holds no records, and only at three quarters of ``max.poll.interval.ms`` after the
+last poll while it holds records it was handed (a rebalance then waits for the application,
+as for a busy raw consumer, so that a revoked partition's records are not read again by its
+next owner). Anything those polls
 return waits in the read-ahead (:mod:`._reader`) for the application's next call, where
 the gate withholds records of paused partitions: nothing is lost, nothing is delivered
 early. Parking is not the application coming back: offsets of what it holds are not
@@ -67,6 +71,10 @@ class KeepaliveHost(Protocol):
         """Park (every owned partition paused for the keepalive only) or un-park."""
         ...
 
+    def holds_records(self) -> bool:
+        """Whether the application holds records handed out that it has not come back from."""
+        ...
+
     def keep_alive(self) -> bool:
         """One poll that keeps the member alive and serves rebalances, handing nothing out.
 
@@ -93,11 +101,17 @@ class Keeper:
     for longer than ``ceiling``: no more keepalive polls), *stopped* (``_stop``: closed).
     """
 
-    def __init__(self, host: KeepaliveHost, *, mode: KeepaliveMode, after: float, ceiling: float) -> None:
+    def __init__(
+        self, host: KeepaliveHost, *, mode: KeepaliveMode, after: float, ceiling: float, max_poll: float | None = None
+    ) -> None:
         self._host = host
         self.mode = mode
         self.after = after
         self.ceiling = ceiling
+        #: While the application holds records, the keeper polls only this long after the last
+        #: poll: three quarters of max.poll.interval.ms (at least ``after``), which leaves a quarter
+        #: of it as the margin librdkafka's own check needs.
+        self.holding_poll_every = max(after, 0.75 * max_poll) if max_poll else after
         self._cond = threading.Condition()
         self._depth = 0  # open manual keepalive() blocks
         self.auto_parked = False
@@ -108,6 +122,8 @@ class Keeper:
         self.app_active = False  # the application has polled at least once
         self._stop = False
         self._thread: threading.Thread | None = None
+        #: When the keeper last polled (monotonic; the application's calls are the host's idle clock).
+        self._last_poll = 0.0
 
     # -- called by the facade ------------------------------------------------------------
     @property
@@ -263,6 +279,15 @@ class Keeper:
                         self.ceiling,
                     )
                 return "wait", 1.0
+            if self._host.holds_records():
+                # The application works on records it holds: a rebalance served now would revoke
+                # partitions before their offsets can be stored (I8), and their next owner would
+                # read them again. So poll only as max.poll.interval.ms requires: a revocation
+                # meanwhile waits for the application, as it would for a busy raw consumer, and only
+                # work longer than ``holding_poll_every`` pays in duplicates.
+                quiet = min(self._host.idle_seconds(), now - self._last_poll)
+                if quiet < self.holding_poll_every:
+                    return "wait", min(self.holding_poll_every - quiet, 1.0)
             return "poll", 0.0
         if self.mode == "auto" and self.app_active:
             idle = self._host.idle_seconds()
@@ -274,6 +299,7 @@ class Keeper:
     def _keep_alive_once(self) -> None:
         if self.parked and not self._host.keep_alive():
             return  # the consumer stopped; the application's next call raises
+        self._last_poll = time.monotonic()
         with self._cond:
             if not self._stop:
                 self._cond.wait(PARKED_POLL_INTERVAL)

@@ -2,7 +2,8 @@
 
 - :data:`Key`: a partition, ``(topic, partition)``; TopicPartition is mutable, so never a key.
 - :data:`READ_AHEAD`: how many records one read takes from librdkafka at most (the reader's
-  batch; the fetch-memory estimate counts them too).
+  batch; the fetch-memory estimate counts them too); :data:`READ_AHEAD_BYTES`: what it aims at
+  in bytes, so that large records are read fewer at a time.
 - :data:`RebalanceCallback`: the application's on_assign/on_revoke/on_lost.
 """
 
@@ -18,6 +19,9 @@ Key = tuple[str, int]
 
 #: How many records one poll() reads from librdkafka at most; the rest wait in the table.
 READ_AHEAD = 64
+#: The value bytes one read-ahead aims at: records larger than READ_AHEAD_BYTES / READ_AHEAD
+#: (16 KiB) are read fewer at a time, judged by the first record of the read.
+READ_AHEAD_BYTES = 1 << 20
 
 #: The application's on_assign/on_revoke/on_lost: called with the consumer and the partitions
 #: (the consumer is typed Any: a SafeConsumer, whose module this one must not import).

@@ -302,6 +302,8 @@ class KeepaliveLink:
         reader: Reader,
         set_parked: Callable[[bool], None],
         telemetry: Telemetry,
+        *,
+        holds_records: Callable[[], bool] = lambda: False,
     ) -> None:
         #: A weak reference to the consumer: held strongly only inside a locked call, so that the
         #: application's reference alone keeps it alive (I10).
@@ -310,6 +312,7 @@ class KeepaliveLink:
         self._reader = reader
         self._set_parked = set_parked
         self._telemetry = telemetry
+        self.holds_records = holds_records
         self.lock = life.lock
 
     def idle_seconds(self) -> float:

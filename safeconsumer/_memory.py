@@ -18,7 +18,9 @@ consumer, before each fetch). So at worst a consumer holds:
   ``queued.min.messages`` queued records plus the in-flight responses' records, assumed to
   average at least :data:`RECORD_BYTES_ASSUMED` on the wire;
 - **read-ahead**: the records safeconsumer has read from librdkafka and not yet handed out
-  (at most :data:`safeconsumer._keys.READ_AHEAD`), as Python objects;
+  (at most :data:`safeconsumer._keys.READ_AHEAD`; about :data:`safeconsumer._keys.READ_AHEAD_BYTES`
+  of values while records are alike in size, but a read judged by a small first record may take
+  READ_AHEAD large ones, so that is what is counted), as Python objects;
 - **fixed**: threads, connection buffers and allocator slack, :data:`FIXED` per consumer
   (measured here: 4.4 MB for the first consumer of a process, about 0.6 MB for each further
   one; 4 MiB is counted for each).

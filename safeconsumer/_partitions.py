@@ -647,6 +647,11 @@ class PartitionTable:
         """Records handed out may still need storing later (lane not empty, or not come back from)."""
         return bool(self.lane) or self.outstanding is not None or self.lane_batch is not None or bool(self.transit)
 
+    def app_holds(self) -> bool:
+        """Records were handed out that the application has not come back from (the keeper asks,
+        from its thread without the lock: each attribute is read whole)."""
+        return self.outstanding is not None or self.lane_batch is not None or bool(self.transit)
+
     @property
     def held_count(self) -> int:
         return sum(len(s.held) for s in self.owned.values()) + sum(len(p.state.held) for p in self.limbo.values())

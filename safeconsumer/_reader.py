@@ -27,7 +27,7 @@ from confluent_kafka import Message
 
 from ._client import RawClient
 from ._delivery import DeliveryGate
-from ._keys import READ_AHEAD
+from ._keys import READ_AHEAD, READ_AHEAD_BYTES
 from ._partitions import PartitionTable
 from ._stall import StallGuard
 
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 _monotonic = time.monotonic
+
+#: Records up to this size are read ahead READ_AHEAD at a time.
+_SMALL_RECORD = READ_AHEAD_BYTES // READ_AHEAD
 
 
 def _is_some(polled: object) -> bool:
@@ -75,6 +78,9 @@ class Reader:
         self._stall = stall
         self._stall_watch = stall.watch
         self.drained_at = 0.0
+        #: How many records a read-ahead takes now: READ_AHEAD, fewer while records are large
+        #: (READ_AHEAD_BYTES in all; judged by the first record of the last read).
+        self._ahead_limit = READ_AHEAD
 
     def _come_back(self, now: float) -> None:
         table = self._table
@@ -108,7 +114,7 @@ class Reader:
                     return ready[0]
             if ahead and now - self.last_call >= self.real_call_every:
                 epoch = table.epoch
-                batch, _ = self._read_ahead(READ_AHEAD)
+                batch, _ = self._read_ahead(self._ahead_limit)
                 now = self.last_call = _monotonic()
                 ahead.extend(batch)  # a revocation it served may have emptied the read-ahead
                 self._ahead_epoch = epoch if table.epoch == epoch else -1
@@ -139,7 +145,10 @@ class Reader:
                     continue
                 msg = polled
                 if msg.error() is None:
-                    batch, errors = self._read_ahead(READ_AHEAD - 1)
+                    size = len(msg)
+                    limit = READ_AHEAD if size <= _SMALL_RECORD else READ_AHEAD_BYTES // size
+                    self._ahead_limit = limit or 1
+                    batch, errors = self._read_ahead(limit - 1) if limit > 1 else ([], False)
                     if batch:
                         now = self.last_call = _monotonic()
                         # Read while the assignment stood still: no record of it can be unowned.
@@ -301,7 +310,7 @@ class Reader:
         Called by the keeper's link (KeepaliveLink.keep_alive, lock held) on the keeper thread. Changes the
         table's read-ahead only.
         """
-        batch, _ = self._read_ahead(READ_AHEAD)
+        batch, _ = self._read_ahead(self._ahead_limit)
         if batch:
             self._table.ahead.extend(batch)
             self._ahead_epoch = -1

@@ -17,7 +17,8 @@ the process never finishes. What it does first depends on MODE:
   ``keepalive()`` (long enough for the keeper to poll and auto-commit), where it dies;
 - ``revoke``: like ``keepalive``, but it prints ``K`` inside the block and keeps working until
   a rebalance (a peer the test starts) has taken some of its partitions - the keeper thread
-  serves that rebalance while the batch is still unfinished - then works on and dies;
+  serves that rebalance while the batch is still unfinished (work longer than three quarters of
+  ``max.poll.interval.ms``, 6 s here) - then works on and dies;
 - ``aio``, ``aio-keepalive``: ``consume`` and ``keepalive`` with ``SafeAIOConsumer`` in an
   asyncio task: the work is ``await asyncio.sleep``, and the process dies inside the task.
 
@@ -175,6 +176,11 @@ def main() -> None:
         parser.error(f"mode {args.mode} needs SafeConsumer.keepalive(): drop --raw")
     protocol: Protocol = args.protocol
     conf = KafkaTestKit(args.bootstrap).consumer_conf(args.group, protocol, auto_commit_interval_ms=100)
+    if args.mode == "revoke":
+        # While the application holds records the keeper serves a rebalance only at three quarters
+        # of max.poll.interval.ms: 4.5 s here, so the work outlasts it and the rebalance is served
+        # while the batch is unfinished (with the default 300 s it would wait for the application).
+        conf["max.poll.interval.ms"] = 6000
     if args.mode.startswith("aio"):
         asyncio.run(crash_in_a_task(conf, args.topic, args.batch, keepalive=args.mode == "aio-keepalive"))
     c = Consumer(conf) if args.raw else SafeConsumer(conf)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from safeconsumer import SafeConsumer
@@ -171,6 +171,10 @@ def test_raw_assigned_partition_never_fetches_after_its_committed_offset_fetch_f
         pump_for([(c, got)], 8.0)
         assert len(got.records) == start, "librdkafka fetched the committed offset again (#5586 fixed?)"
         assert len(_failed_fetches(got)) == 1, f"librdkafka retried the fetch: {got.errors}"
+        # seek() is no way out: librdkafka refuses it for a partition waiting for its offset.
+        with pytest.raises(KafkaException) as refused:
+            c.seek(TopicPartition(topic, 0, DELIVERED))
+        assert refused.value.args[0].code() == KafkaError._STATE, refused.value
         # The way out: remove the partition and add it back, which fetches the offset again.
         c.incremental_unassign([TopicPartition(topic, 0)])
         c.incremental_assign([TopicPartition(topic, 0)])

@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from safeconsumer import SafeConsumer
+from safeconsumer._keys import READ_AHEAD, READ_AHEAD_BYTES
 from safeconsumer._memory import FetchLimits, ProcessFetchMemory, estimate
 from safeconsumer.testing import KafkaTestKit, Protocol
 
@@ -105,3 +107,26 @@ def _us(conf: dict[str, int]) -> dict[str, object]:
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("fetch memory:")]
+
+
+def test_large_records_are_read_ahead_a_few_at_a_time(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """poll() reads ahead READ_AHEAD small records but about READ_AHEAD_BYTES of large ones: the
+    read-ahead of 200 kB records is 5 records (1 MiB), not 64 (12.5 MiB per consumer). librdkafka's
+    own position on the handle shows how far it was read."""
+    large, small = kafka.create_topic(), kafka.create_topic()
+    kafka.produce(large, 80, value_size=200_000)
+    kafka.produce(small, 80, value_size=100)
+    for topic, read in ((large, READ_AHEAD_BYTES // 200_000), (small, READ_AHEAD)):
+        # One fetch response brings some 50 records: librdkafka holds plenty when poll() reads.
+        c = SafeConsumer(kafka.consumer_conf(kafka.name("g"), protocol, max_partition_fetch_bytes=10 << 20))
+        got = Received()
+        try:
+            c.assign([TopicPartition(topic, 0)])
+            checked_pump([(c, got)], got.records.__len__, timeout=30, what="a record")
+            position = Consumer.position(c, [TopicPartition(topic, 0)])[0].offset
+            # Large: at most 5 (fewer when librdkafka had fetched fewer yet: one record batch of 4).
+            assert 1 <= position <= read if topic == large else position == read, (
+                f"{topic}: {position} read, not {read}"
+            )
+        finally:
+            c.close()

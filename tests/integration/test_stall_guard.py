@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from safeconsumer import SafeConsumer
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
@@ -150,3 +150,40 @@ def test_an_empty_value_record_is_returned_while_the_guard_is_due(kafka: KafkaTe
         assert msg is not None and msg.error() is None and msg.value() == b"", msg
     finally:
         c.close()
+
+
+def test_transaction_markers_and_an_open_transaction_are_not_stalls(
+    kafka: KafkaTestKit, protocol: Protocol, caplog: pytest.LogCaptureFixture
+) -> None:
+    """librdkafka's position passes control records and aborted records, and the end offset it asks
+    for under read_committed (the default) is the last stable offset: a partition waiting behind an
+    open transaction, or ending in markers, is idle, never "healed" (characterized on the raw
+    handle too: position == end in each case)."""
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    topic = kafka.create_topic()
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": kafka.name("tx")})
+    producer.init_transactions(30)
+    for outcome in ("commit", "abort", "open"):
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(topic, value=f"{outcome}-{i}".encode())
+        producer.flush(10)
+        if outcome == "commit":
+            producer.commit_transaction(30)
+        elif outcome == "abort":
+            producer.abort_transaction(30)
+    c = SafeConsumer(kafka.consumer_conf(kafka.name("g"), protocol, **FAST))
+    got = Received()
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        checked_pump([(c, got)], lambda: len(got.records) == 5, timeout=30, what="the committed records")
+        pump_for([(c, got)], 4 * BOUND)
+        assert [r[3] for r in got.records] == [f"commit-{i}".encode() for i in range(5)]
+        tp = TopicPartition(topic, 0)
+        position = Consumer.position(c, [tp])[0].offset
+        end = Consumer.offsets_for_times(c, [TopicPartition(topic, 0, -1)], 10)[0].offset
+        assert position == end == 12, (position, end)  # 5 + marker, 5 aborted + marker: the open ones wait
+        assert not _stall_warnings(caplog)
+    finally:
+        c.close()
+        producer.abort_transaction(30)

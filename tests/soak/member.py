@@ -29,6 +29,10 @@ loses nothing the parent needs (a torn last line is ignored):
     C                       closed after SIGTERM; the process exits 0 next
 
 Signals: SIGTERM -> ``c.close()`` and exit 0. SIGUSR1 -> drain mode. No payload is printed.
+
+With ``--raw`` it is the baseline: a raw ``confluent_kafka.Consumer`` with the same settings and
+call pattern (``poll()`` or ``consume(n)`` at random, quiet spells of simulated work), but no
+pauses or keepalive (raw has none to survive a rebalance) and no checks: only its records.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from types import FrameType
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from safeconsumer import SafeConsumer
 from safeconsumer.testing import KafkaTestKit, Protocol
@@ -321,6 +325,7 @@ def main() -> None:
     parser.add_argument("topics", nargs="+")
     parser.add_argument("--drain", action="store_true", help="start in drain mode: no random actions")
     parser.add_argument("--commit-interval-ms", type=int, default=DEFAULT_COMMIT_INTERVAL_MS)
+    parser.add_argument("--raw", action="store_true", help="the baseline: a raw Consumer, no pauses, no checks")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     protocol: Protocol = args.protocol
@@ -329,7 +334,13 @@ def main() -> None:
         protocol,
         max_poll_interval_ms=MAX_POLL_INTERVAL_MS,
         auto_commit_interval_ms=args.commit_interval_ms,
+        # A stall bound of 5 s (see safeconsumer._stall): a guard that healed a healthy member
+        # would show within a run.
+        socket_timeout_ms=5000,
     )
+    if args.raw:
+        raw_main(Consumer(conf), list(args.topics), random.Random(args.seed))
+        return
     c = SafeConsumer(conf)
     member = Member(c, list(args.topics), random.Random(args.seed))
     print("S", flush=True)
@@ -353,6 +364,42 @@ def main() -> None:
         # Also on an unexpected exception (the process then exits 1 with its traceback on stderr):
         # records already handed out must reach the parent.
         member.flush()
+
+
+def raw_main(c: Consumer, topics: list[str], rng: random.Random) -> None:
+    """The baseline member: the same calls and quiet spells as a SafeConsumer member, nothing else."""
+    print("S", flush=True)
+    out: list[str] = []
+    next_quiet = time.monotonic() + rng.expovariate(1 / 0.8) * 7  # quiet is 1 of 11 action weights
+    try:
+        c.subscribe(topics)
+        drained = False
+        while not _terminate.is_set():
+            if _drain.is_set() and not drained:
+                drained = True
+                out.append("D")
+            if not drained and time.monotonic() >= next_quiet:
+                _wake.wait(rng.uniform(0.05, 4.5))
+                next_quiet = time.monotonic() + rng.expovariate(1 / 0.8) * 7
+            if rng.random() < 0.4:
+                msgs = c.consume(rng.randint(1, 100), 0.2)
+            else:
+                polled = c.poll(0.2)
+                msgs = [] if polled is None else [polled]
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    out.append(f"W {err.name()}")
+                else:
+                    out.append(f"R {topics.index(str(m.topic()))} {m.partition()} {m.offset()}")
+            if out:
+                print("\n".join(out), flush=True)
+                out.clear()
+        c.close()
+        print("C", flush=True)
+    finally:
+        if out:
+            print("\n".join(out), flush=True)
 
 
 if __name__ == "__main__":

@@ -62,25 +62,32 @@ class Figures:
     produced: int = 0
     delivered: int = 0
     duplicates: int = 0
+    #: Duplicates whose first delivery was by a member SIGKILLed later (at-least-once's price), and
+    #: the rest: read again although whoever first had them was never killed (a handoff at a
+    #: rebalance or a clean close that did not carry the offset over).
+    after_kill: int = 0
     kills: int = 0
     terms: int = 0
     starts: int = 0
     violations: list[str] = field(default_factory=list)
     lost: int = 0
+    #: Partitions the stall guard started again (members' WARNING lines): a healthy run has none.
+    stalls: int = 0
     drain_seconds: float = 0.0
     errors: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.failures and not self.violations and self.lost == 0
+        return not self.failures and not self.violations and self.lost == 0 and self.stalls == 0
 
     def line(self) -> str:
         errors = ", ".join(f"{k} x{v}" for k, v in sorted(self.errors.items())) or "none"
         return (
             f"{self.protocol:18} produced {self.produced:>7}  delivered {self.delivered:>7}  "
-            f"duplicates {self.duplicates:>6}  kills {self.kills:>3}  terms {self.terms:>3}  starts {self.starts:>3}  "
-            f"violations {len(self.violations):>3}  lost {self.lost:>5}  "
+            f"duplicates {self.duplicates:>6} ({self.after_kill} after kills, {self.duplicates - self.after_kill} not) "
+            f"kills {self.kills:>3}  terms {self.terms:>3}  starts {self.starts:>3}  "
+            f"violations {len(self.violations):>3}  lost {self.lost:>5}  stalls {self.stalls}  "
             f"(chaos {self.seconds:.0f}s, drain {self.drain_seconds:.1f}s, error events: {errors})  "
             f"{'ok' if self.ok else 'FAIL'}"
         )
@@ -184,8 +191,11 @@ class Soak:
         commit_interval_ms: int = 1000,
         log_dir: Path | None = None,
         verbose: bool = False,
+        raw: bool = False,
     ) -> None:
         self.kit = kit
+        #: The baseline: raw confluent_kafka.Consumer members, same churn, no pauses (member --raw).
+        self.raw = raw
         self.protocol = protocol
         self.seconds = seconds
         self.seed = f"{seed}-{protocol}"
@@ -199,9 +209,12 @@ class Soak:
         self.topics = [kit.create_topic(kit.name(f"soak-{protocol}-t{i}"), n) for i, n in enumerate(PARTITIONS)]
         self.group = kit.name(f"soak-{protocol}-g")
         self.members: list[_Member] = []
-        self.figures = Figures(protocol)
+        self.figures = Figures(f"raw {protocol}" if raw else protocol)
         self._lock = threading.Lock()
         self._delivered: Counter[Key] = Counter()
+        #: Which member first had each record, and the members SIGKILLed (to explain duplicates).
+        self._first: dict[Key, int] = {}
+        self._killed: set[int] = set()
         self._t0 = time.monotonic()
 
     # -- members ---------------------------------------------------------------------------
@@ -227,6 +240,8 @@ class Soak:
         ]
         if drain:
             cmd.append("--drain")
+        if self.raw:
+            cmd.append("--raw")
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
         member = _Member(index, proc, log_path, log)
         member.reader = threading.Thread(target=self._read, args=(member,), name=f"soak-read-{index}", daemon=True)
@@ -243,8 +258,10 @@ class Soak:
             if kind == "R":
                 parts = rest.split()
                 if len(parts) == 3 and all(p.isdigit() for p in parts):  # a torn last line is ignored
+                    key = (int(parts[0]), int(parts[1]), int(parts[2]))
                     with self._lock:
-                        self._delivered[(int(parts[0]), int(parts[1]), int(parts[2]))] += 1
+                        self._delivered[key] += 1
+                        self._first.setdefault(key, member.index)
                     member.records += 1
             elif kind == "V":
                 with self._lock:
@@ -264,6 +281,7 @@ class Soak:
         member.expect = "kill"
         member.proc.send_signal(signal.SIGKILL)
         self.figures.kills += 1
+        self._killed.add(member.index)
         self._say(f"SIGKILL member {member.index}")
 
     def _term(self, member: _Member) -> None:
@@ -297,6 +315,7 @@ class Soak:
         assert m.proc.stdout is not None
         m.proc.stdout.close()
         m.log.close()
+        self.figures.stalls += sum(" stalled: " in line for line in m.log_path.read_text(errors="replace").splitlines())
         expected = {"kill": rc == -signal.SIGKILL, "term": rc == 0 and m.closed.is_set(), "run": False}[m.expect]
         if not expected:
             what = f"exited with status {rc} (expected: {m.expect})"
@@ -450,6 +469,9 @@ class Soak:
         with self._lock:
             self.figures.delivered = sum(self._delivered.values())
             self.figures.duplicates = self.figures.delivered - len(self._delivered)
+            self.figures.after_kill = sum(
+                n - 1 for key, n in self._delivered.items() if n > 1 and self._first[key] in self._killed
+            )
         self.figures.lost = len(self._missing(ends))
         if self.figures.ok:
             shutil.rmtree(self.log_dir, ignore_errors=True)
@@ -473,6 +495,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-timeout", type=float, default=90.0)
     parser.add_argument("--commit-interval-ms", type=int, default=1000, help="the members' auto.commit.interval.ms")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every start, kill, term and violation")
+    parser.add_argument(
+        "--raw-baseline",
+        action="store_true",
+        help="after each protocol, the same churn with raw confluent_kafka.Consumer members (no pauses)",
+    )
     args = parser.parse_args(argv)
     protocols: list[Protocol] = args.protocol or list(PROTOCOLS)
     results: list[Figures] = []
@@ -495,6 +522,21 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 print(figures.report(), flush=True)
                 results.append(figures)
+                if args.raw_baseline:
+                    baseline = run_soak(
+                        kit,
+                        protocol,
+                        seconds=args.seconds,
+                        seed=args.seed,
+                        rate=args.rate,
+                        max_members=args.members,
+                        drain_timeout=args.drain_timeout,
+                        commit_interval_ms=args.commit_interval_ms,
+                        verbose=args.verbose,
+                        raw=True,
+                    )
+                    print(baseline.report(), flush=True)
+                    results.append(baseline)
         finally:
             kit.close()
     failed = [f.protocol for f in results if not f.ok]
