@@ -227,6 +227,11 @@ def test_a_partition_whose_committed_offset_fetch_failed_is_started_from_that_of
         c.close()
 
 
+#: A classic member heartbeats every 0.5 s in the kit's config and would learn of the move (and
+#: find the new coordinator) before its offset fetch: here it learns only from that fetch.
+SLOW_HEARTBEAT = {"heartbeat_interval_ms": 10000, "session_timeout_ms": 45000}
+
+
 def _fetch_committed_again(c: Consumer, protocol: Protocol, tp: TopicPartition) -> None:
     """Have librdkafka fetch the committed offset of subscribed ``tp`` again, as a rebalance that
     gives it back does, through confluent_kafka's own methods on the handle (the group is not told)."""
@@ -243,7 +248,7 @@ def test_raw_subscribed_partition_never_fetches_after_its_committed_offset_fetch
     """Characterization (librdkafka #5586 under subscribe()): the same failure, no retry, nothing fetched."""
     topic, group = kit.create_topic(), kit.name("g")
     kit.produce(topic, DELIVERED, partitions=1)
-    c = Consumer(kit.consumer_conf(group, "cooperative-sticky", enable_auto_commit=False))
+    c = Consumer(kit.consumer_conf(group, "cooperative-sticky", enable_auto_commit=False, **SLOW_HEARTBEAT))
     got = Received()
     try:
         c.subscribe([topic])
@@ -269,7 +274,10 @@ def test_under_subscribe_the_stall_guard_starts_a_partition_whose_committed_offs
     caplog.set_level(logging.INFO, logger="safeconsumer")
     topic, group = kit.create_topic(), kit.name("g")
     kit.produce(topic, DELIVERED, partitions=1)
-    conf = kit.consumer_conf(group, protocol, enable_auto_commit=False, socket_timeout_ms=2000, fetch_wait_max_ms=100)
+    slow = SLOW_HEARTBEAT if protocol != "consumer" else {}
+    conf = kit.consumer_conf(
+        group, protocol, enable_auto_commit=False, socket_timeout_ms=2000, fetch_wait_max_ms=100, **slow
+    )
     c = SafeConsumer(conf)
     got = Received()
     try:
