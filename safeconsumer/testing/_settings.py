@@ -33,6 +33,9 @@ BROKER_SETTINGS: Mapping[str, str] = {
     "num.recovery.threads.per.data.dir": "1",
     "background.threads": "2",
     "group.coordinator.threads": "1",
+    # A node starved of CPU for 9 s (the default) under a parallel suite on two cores missed its
+    # heartbeats to the KRaft controller and was fenced: "All brokers are currently fenced".
+    "broker.session.timeout.ms": "30000",
 }
 
 #: Environment variables of Apache's image that are not broker settings.
