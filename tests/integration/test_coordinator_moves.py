@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -242,6 +242,30 @@ def _fetch_committed_again(c: Consumer, protocol: Protocol, tp: TopicPartition) 
         Consumer.incremental_assign(c, [tp])
 
 
+def _subscribed_fetch_fails(
+    cluster: Cluster,
+    kit: KafkaTestKit,
+    c: Consumer,
+    got: Received,
+    *,
+    protocol: Protocol,
+    topic: str,
+    pumping: Callable[..., object],
+) -> int:
+    """Subscribe ``c``, read the first DELIVERED records and commit them, move the coordinator, have
+    librdkafka fetch the committed offset again (it fails: shown by its error event), then produce
+    the rest. Returns how many records ``got`` held before."""
+    c.subscribe([topic])
+    pumping([(c, got)], lambda: len(got.records) == DELIVERED, timeout=60, what="the first records")
+    c.commit(offsets=[TopicPartition(topic, 0, DELIVERED)], asynchronous=False)
+    cluster.move_coordinator()
+    start = len(got.records)
+    _fetch_committed_again(c, protocol, TopicPartition(topic, 0, OFFSET_INVALID))
+    pumping([(c, got)], lambda: _failed_fetches(got), timeout=30, what="the failed committed-offset fetch")
+    kit.produce(topic, RECORDS - DELIVERED, partitions=1, start=DELIVERED)
+    return start
+
+
 def test_raw_subscribed_partition_never_fetches_after_its_committed_offset_fetch_fails(
     cluster: Cluster, kit: KafkaTestKit
 ) -> None:
@@ -251,14 +275,7 @@ def test_raw_subscribed_partition_never_fetches_after_its_committed_offset_fetch
     c = Consumer(kit.consumer_conf(group, "cooperative-sticky", enable_auto_commit=False, **SLOW_HEARTBEAT))
     got = Received()
     try:
-        c.subscribe([topic])
-        pump([(c, got)], lambda: len(got.records) == DELIVERED, timeout=60, what="the first records")
-        c.commit(offsets=[TopicPartition(topic, 0, DELIVERED)], asynchronous=False)
-        cluster.move_coordinator()
-        start = len(got.records)
-        _fetch_committed_again(c, "cooperative-sticky", TopicPartition(topic, 0))
-        pump([(c, got)], lambda: _failed_fetches(got), timeout=30, what="the failed committed-offset fetch")
-        kit.produce(topic, RECORDS - DELIVERED, partitions=1, start=DELIVERED)
+        start = _subscribed_fetch_fails(cluster, kit, c, got, protocol="cooperative-sticky", topic=topic, pumping=pump)
         pump_for([(c, got)], 8.0)
         assert len(got.records) == start, "librdkafka fetched the committed offset again (#5586 fixed?)"
         assert len(_failed_fetches(got)) == 1, f"librdkafka retried the fetch: {got.errors}"
@@ -281,14 +298,7 @@ def test_under_subscribe_the_stall_guard_starts_a_partition_whose_committed_offs
     c = SafeConsumer(conf)
     got = Received()
     try:
-        c.subscribe([topic])
-        checked_pump([(c, got)], lambda: len(got.records) == DELIVERED, timeout=60, what="the first records")
-        c.commit(offsets=[TopicPartition(topic, 0, DELIVERED)], asynchronous=False)
-        cluster.move_coordinator()
-        start = len(got.records)
-        _fetch_committed_again(c, protocol, TopicPartition(topic, 0, OFFSET_INVALID))
-        checked_pump([(c, got)], lambda: _failed_fetches(got), timeout=30, what="the failed committed-offset fetch")
-        kit.produce(topic, RECORDS - DELIVERED, partitions=1, start=DELIVERED)
+        start = _subscribed_fetch_fails(cluster, kit, c, got, protocol=protocol, topic=topic, pumping=checked_pump)
         checked_pump([(c, got)], lambda: RECORDS - 1 in _offsets(got, topic), timeout=60, what="the rest of the topic")
         assert _failed_fetches(got), "the committed-offset fetch did not fail: nothing was shown"
         assert _offsets(got, topic)[start:] == list(range(DELIVERED, RECORDS)), "not read on from the committed offset"
