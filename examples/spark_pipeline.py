@@ -31,7 +31,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -254,12 +254,14 @@ def run_pipeline(
     *,
     tasks: int = 2,
     instance_ids: str | None = None,
+    client_config: Mapping[str, Any] | None = None,
 ) -> TaskFigures:
     """One run of the job: ``tasks`` SafeConsumers in group ``group``, records to ``out_dir``.
 
     ``instance_ids``: a prefix for stable per-task ``group.instance.id`` (static membership).
+    ``client_config``: the cluster's connection settings (security, credentials), if it needs any.
     """
-    conf = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"}
+    conf = {**(client_config or {}), "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"}
     task = ConsumeTask(
         conf, [topic], sink=FileSink(out_dir), batch_size=200, max_seconds=120, instance_ids=instance_ids
     )

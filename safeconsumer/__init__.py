@@ -10,6 +10,7 @@ from ._delivery import DeliveryStats
 from ._errors import (
     EXIT_FATAL,
     EXIT_GROUP_MAX_SIZE,
+    AuthenticationFailedError,
     ConsumerClosedError,
     FatalConsumerError,
     GroupMaxSizeReachedError,
@@ -22,6 +23,7 @@ from ._retry import CommitRetry
 from ._version import __version__
 
 __all__ = [
+    "AuthenticationFailedError",
     "CommitRetry",
     "ConsumerClosedError",
     "DeliveryStats",

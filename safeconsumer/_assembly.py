@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaException
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from ._auth import AuthWatch, ErrorTap
 from ._client import RawClient
 from ._delivery import DeliveryGate
 from ._health import GroupDescriber, RebalanceExplainer
@@ -79,6 +80,8 @@ class Settings:
     meter_provider: MeterProvider | None
     tracer_provider: TracerProvider | None
     explain_rebalances: bool
+    error_tap: ErrorTap | None
+    auth_failure_timeout: float | None
 
 
 def judge(
@@ -95,17 +98,26 @@ def judge(
     tracer_provider: TracerProvider | None,
     explain_rebalances: bool,
     fetch_memory_budget: int | None,
+    auth_failure_timeout: float | None,
 ) -> Settings:
     """Called by ``SafeConsumer.__init__`` before the client is created: the config judged as
     confluent_kafka and librdkafka judge it, then the options, in this order. The config
     returned has ``enable.auto.offset.store`` false: the gate stores offsets itself, once
-    records are processed (see _delivery); ``auto_store`` is the application's setting."""
+    records are processed (see _delivery); ``auto_store`` is the application's setting.
+    Its ``error_cb`` is an :class:`._auth.ErrorTap` in front of the application's own (one that is
+    not callable is left for upstream to refuse)."""
     config = config_of(conf, more, kwargs)
     budget = check_options(keepalive, on_fatal, explain_rebalances, fetch_memory_budget, commit_retry)
     positive("keepalive_after", keepalive_after, 1.0)
     positive("keepalive_max", keepalive_max, 1.0)
+    if auth_failure_timeout is not None:
+        positive("auth_failure_timeout", auth_failure_timeout, 1.0)
     auto_store = auto_store_setting(config)
     config["enable.auto.offset.store"] = False
+    tap = None
+    app_callback = config.get("error_cb")
+    if app_callback is None or callable(app_callback):
+        tap = config["error_cb"] = ErrorTap(app_callback)
     return Settings(
         config,
         auto_store,
@@ -118,6 +130,8 @@ def judge(
         meter_provider,
         tracer_provider,
         explain_rebalances,
+        tap,
+        auth_failure_timeout,
     )
 
 
@@ -158,6 +172,12 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
     table = PartitionTable()
     client = RawClient(consumer, group_id, life.fail)
     client.instance_id = str(config["group.instance.id"]) if config.get("group.instance.id") else None
+    if settings.auth_failure_timeout is not None:
+        # A run of refusals ends once none came for longer than librdkafka's longest reconnect backoff.
+        quiet = 2 * float(config.get("reconnect.backoff.max.ms", 10000)) / 1000
+        client.auth = AuthWatch(settings.auth_failure_timeout, quiet)
+    if settings.error_tap is not None:
+        settings.error_tap.sink = client.reported
     gate = DeliveryGate(table, client, auto_store=auto_store)
     telemetry = Telemetry(group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
     telemetry.bind(table)

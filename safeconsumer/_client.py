@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from ._errors import FatalConsumerError, classify, consumer_closed
+from ._auth import AuthWatch
+from ._errors import FatalConsumerError, auth_failed, classify, consumer_closed, is_auth_failure
 from ._keys import Key
 from ._requery import is_failed_offset_fetch
 
@@ -82,6 +84,11 @@ class RawClient:
         self.on_error: Callable[[int], None] | None = None
         #: Told of every error event saying librdkafka gave up fetching committed offsets.
         self.on_failed_offset_fetch: Callable[[Message], None] | None = None
+        #: Judges runs of refused logins (None: retried for ever, as upstream does).
+        self.auth: AuthWatch | None = None
+        #: A fatal error reported through ``error_cb`` inside a call, raised once the call returns.
+        self._pending: FatalConsumerError | None = None
+        self._pending_error: KafkaError | None = None
 
     # -- error translation -----------------------------------------------------------------
     def check_event(self, error: KafkaError) -> None:
@@ -90,6 +97,30 @@ class RawClient:
             self.on_error(error.code())
         fatal = classify(error, self._group_id, self.instance_id)
         if fatal is not None:
+            self._on_fatal(fatal, error)
+
+    def reported(self, error: KafkaError) -> None:
+        """An error librdkafka reported to ``error_cb`` (the :class:`._auth.ErrorTap`), on the thread
+        serving callbacks inside a ``poll()``/``consume()``. Nothing is closed in a callback: a fatal
+        one waits in ``_pending`` until that call returns (:meth:`_after_call`)."""
+        if self.on_error is not None:
+            self.on_error(error.code())
+        if self.auth is not None and is_auth_failure(error) and self._pending is None:
+            if self.auth.failed(time.monotonic()):
+                self._pending = auth_failed(error, self._group_id, self.auth.failing_for)
+                self._pending_error = error
+            elif self.auth.failing_for == 0.0:
+                logger.warning(
+                    "a connection failed to authenticate (%s); retrying, fatal after %.0fs of such failures",
+                    error.str(),
+                    self.auth.timeout,
+                )
+
+    def _after_call(self) -> None:
+        """Raise the fatal error ``error_cb`` reported during the call that just returned."""
+        fatal, error = self._pending, self._pending_error
+        if fatal is not None and error is not None:
+            self._pending = self._pending_error = None
             self._on_fatal(fatal, error)
 
     def _raised(self, exc: KafkaException) -> NoReturn:
@@ -121,6 +152,8 @@ class RawClient:
             batch = _consume(self._live(), num_messages, timeout)
         except KafkaException as exc:
             self._raised(exc)
+        if self._pending is not None:
+            self._after_call()
         errors = bool(batch) and any(map(_error, batch))
         if errors:
             for msg in batch:
@@ -134,6 +167,8 @@ class RawClient:
             msg = Consumer.poll(self._live(), timeout)
         except KafkaException as exc:
             self._raised(exc)
+        if self._pending is not None:
+            self._after_call()
         if msg is not None:
             err = msg.error()
             if err is not None:

@@ -121,6 +121,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         tracer_provider: TracerProvider | None = None,
         explain_rebalances: bool = True,
         fetch_memory_budget: int | None = None,
+        auth_failure_timeout: float | None = 10.0,
         **kwargs: Any,
     ) -> None:
         """Create the consumer.
@@ -151,6 +152,10 @@ class SafeConsumer(DeprecatedNames, Consumer):
             no budget). On every assignment change the worst case of all of them is estimated from
             their configs and assignments (see docs/group-health.md); above the budget a WARNING
             names the settings to change. ``ValueError`` if this consumer alone exceeds it unassigned.
+        :param auth_failure_timeout: seconds the cluster may keep refusing this consumer's login (SASL
+            credentials) or TLS handshake (an untrusted certificate) before that is fatal: the consumer
+            stops, closes and raises :class:`AuthenticationFailedError` (default 10). A shorter run of
+            refusals is retried, as librdkafka does. ``None``: retried for ever, as confluent_kafka does.
         """
         # The config is judged as confluent_kafka and librdkafka judge it, before anything else.
         settings = judge(
@@ -166,6 +171,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
             tracer_provider=tracer_provider,
             explain_rebalances=explain_rebalances,
             fetch_memory_budget=fetch_memory_budget,
+            auth_failure_timeout=auth_failure_timeout,
         )
         logger.debug("creating SafeConsumer with config %s", redact_config(settings.config))
         super().__init__(settings.config)  # librdkafka judges every other setting here

@@ -7,7 +7,8 @@
     ├── InvalidPauseRequest            (also ValueError, TypeError) bad pause/resume input
     ├── PauseStateError                (also RuntimeError) topic pause with nothing to apply it to
     └── FatalConsumerError             (also KafkaException) the consumer cannot go on; it has closed itself
-        └── GroupMaxSizeReachedError   the broker refused this member: group.max.size reached
+        ├── GroupMaxSizeReachedError   the broker refused this member: group.max.size reached
+        └── AuthenticationFailedError  the cluster kept refusing its credentials or TLS handshake
 
 Errors of the underlying client keep their confluent_kafka types (``KafkaException``,
 ``RuntimeError``, ``TypeError``, ``ValueError``) so existing ``except`` clauses keep working.
@@ -80,6 +81,37 @@ def _rebuild(
 
 class GroupMaxSizeReachedError(FatalConsumerError):
     """The group is at the broker's ``group.max.size`` (classic) or ``group.consumer.max.size`` (KIP-848)."""
+
+
+class AuthenticationFailedError(FatalConsumerError):
+    """The cluster kept refusing this consumer's login (SASL credentials) or its TLS handshake
+    (an untrusted or invalid certificate) for ``auth_failure_timeout`` seconds."""
+
+
+#: librdkafka's codes for a refused SASL login and a failed TLS handshake, and the broker's.
+AUTH_FAILURE_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED})
+
+
+def is_auth_failure(error: KafkaError | None) -> bool:
+    """True when ``error`` says the cluster refused the client's credentials or TLS handshake."""
+    return error is not None and error.code() in AUTH_FAILURE_CODES
+
+
+def auth_failed(error: KafkaError, group_id: str, seconds: float) -> AuthenticationFailedError:
+    """The fatal error for logins refused for ``seconds``; its text is librdkafka's (which names
+    the broker and the cause, never a secret), then what safeconsumer did."""
+    what = (
+        "the TLS handshake with the cluster kept failing"
+        if error.code() == KafkaError._SSL
+        else "the cluster kept refusing this consumer's login (SASL credentials)"
+    )
+    return AuthenticationFailedError(
+        f"{what} for {seconds:.0f}s in group {group_id!r}; "
+        "check the security settings (the error names the cause); the consumer stopped and closed "
+        "(auth_failure_timeout=None keeps retrying, as confluent_kafka does)",
+        kafka_error=error,
+        group_id=group_id,
+    )
 
 
 _E = TypeVar("_E", bound=BaseException)

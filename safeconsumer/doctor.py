@@ -43,9 +43,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 
+from ._errors import is_auth_failure
 from ._health import admin_config, describe_group, enum_name
 from ._memory import FetchEstimate, FetchLimits, estimate, mib
 
@@ -162,10 +163,12 @@ def diagnose(
     ``observe``: seconds to watch the group's membership for (0: describe once).
     """
     limits = FetchLimits.from_config(config or {})
+    refused: list[KafkaError] = []  # logins the cluster refused (librdkafka retries them silently)
     conf: dict[str, Any] = {
         **(admin_config(config or {}, "doctor") if connection is None else connection),
         "bootstrap.servers": bootstrap_servers,
         "logger": _quiet_logger(),
+        "error_cb": lambda err: refused.append(err) if is_auth_failure(err) else None,
     }
     try:
         admin = AdminClient(conf)
@@ -176,6 +179,9 @@ def diagnose(
         cluster = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
         reason = exc.args[0].str() if exc.args else exc
+        admin.poll(0)  # serves error_cb: why the connection failed
+        if refused:
+            reason = f"authentication failed: {refused[-1].str()}"
         raise CannotConnect(f"cannot connect to {bootstrap_servers}: {reason}") from None
     observed = None
     if observe > 0:

@@ -16,13 +16,22 @@ collect_ignore = [] if os.environ.get("SAFECONSUMER_BROKER") == "container" else
 #: Fixtures that start or reach a real broker: a test using one is marked ``kafka``, so the
 #: fast tier (``make check``) can leave it out with ``-m "not kafka"``.
 BROKER_FIXTURES = frozenset(
-    {"kafka", "kafka_broker", "kafka_bootstrap", "kafka_broker_factory", "_kafka_pool", "full_group_kafka"}
+    {
+        "kafka",
+        "kafka_broker",
+        "kafka_bootstrap",
+        "kafka_broker_factory",
+        "_kafka_pool",
+        "full_group_kafka",
+        "secured_broker",
+        "secured_kafka",
+    }
 )
 
 
 #: Fixtures that start a broker with overrides: under ``make test``'s parallel phase the tests using
 #: them share one worker (``--dist loadgroup``), so only that worker starts such a broker.
-OVERRIDE_BROKER_FIXTURES = frozenset({"kafka_broker_factory", "full_group_kafka"})
+OVERRIDE_BROKER_FIXTURES = frozenset({"kafka_broker_factory", "full_group_kafka", "secured_broker", "secured_kafka"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -47,5 +56,24 @@ def full_group_kafka(
 ) -> Iterator[KafkaTestKit]:
     """A test kit on a broker started with :data:`FULL_GROUP_LIMITS` (one per session, shared)."""
     kit = KafkaTestKit(kafka_broker_factory(FULL_GROUP_LIMITS).bootstrap_servers, prefix="full")
+    yield kit
+    kit.close()
+
+
+#: The secured broker's settings: every connection re-authenticates every 3 s (KIP-368), so a
+#: credential deleted mid-run is refused within seconds, not at the next reconnect.
+SECURED_OVERRIDES = {"connections.max.reauth.ms": "3000"}
+
+
+@pytest.fixture
+def secured_broker(kafka_broker_factory: Callable[..., Broker]) -> Broker:
+    """A broker whose clients connect over SASL_SSL (SCRAM-SHA-512 over TLS), one per session."""
+    return kafka_broker_factory(SECURED_OVERRIDES, security="sasl_ssl")
+
+
+@pytest.fixture
+def secured_kafka(secured_broker: Broker, request: pytest.FixtureRequest) -> Iterator[KafkaTestKit]:
+    """A test kit whose clients (and ``consumer_conf``) connect to the secured broker."""
+    kit = KafkaTestKit(secured_broker.bootstrap_servers, prefix="sec", client_config=secured_broker.client_config)
     yield kit
     kit.close()

@@ -160,7 +160,8 @@ def check_n_in_exactly_n_processed_then_nothing(spark: Any, kafka: KafkaTestKit,
     topic = kafka.create_topic(partitions=4)
     kafka.produce(topic, n, partitions=4)
     group = kafka.name("g")
-    first = run_pipeline(spark, kafka.bootstrap_servers, topic, group, out_dir, tasks=2)
+    conn = kafka.client_config
+    first = run_pipeline(spark, kafka.bootstrap_servers, topic, group, out_dir, tasks=2, client_config=conn)
     rows = processed(out_dir)
     assert first.tasks == 2 and len(first.task_seconds) == 2
     assert first.records == n == len(rows), f"{first.records} counted, {len(rows)} written, {n} produced"
@@ -169,5 +170,5 @@ def check_n_in_exactly_n_processed_then_nothing(spark: Any, kafka: KafkaTestKit,
     committed = kafka.committed(group, topic, 4)
     assert committed == {p: n // 4 for p in range(4)}, "offsets were not committed up to the end"
 
-    second = run_pipeline(spark, kafka.bootstrap_servers, topic, group, out_dir, tasks=2)
+    second = run_pipeline(spark, kafka.bootstrap_servers, topic, group, out_dir, tasks=2, client_config=conn)
     assert second.records == 0 and len(processed(out_dir)) == n, "the second run processed records again"

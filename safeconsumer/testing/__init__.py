@@ -12,7 +12,7 @@ in a top-level conftest.py): the fixtures ``kafka_broker``, ``kafka_bootstrap``,
 
 from __future__ import annotations
 
-from ._broker import Broker, choose_kind, launch_broker, start_broker
+from ._broker import Broker, Security, choose_kind, launch_broker, start_broker
 from ._errors import BrokerOverridesUnsupported, BrokerRestartUnsupported, BrokerStartError
 from ._kit import (
     PROTOCOLS,
@@ -27,6 +27,7 @@ from ._kit import (
     wait_until,
 )
 from ._local import KAFKA_VERSION, kafka_lib_dir
+from ._secure import SaslSsl
 
 #: Opting in to ``safeconsumer.testing`` (``-p`` or ``pytest_plugins``) loads the plugin module;
 #: without pytest this is an inert list.
@@ -43,6 +44,8 @@ __all__ = [
     "MemberSnapshot",
     "PROTOCOLS",
     "Protocol",
+    "SaslSsl",
+    "Security",
     "WaitTimeout",
     "choose_kind",
     "consumer_generation",

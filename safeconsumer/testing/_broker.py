@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -17,10 +18,15 @@ from ._container import ContainerBroker, container_image, docker_engine, docker_
 from ._errors import BrokerOverridesUnsupported, BrokerRestartUnsupported, BrokerStartError
 from ._kit import retry_until
 from ._local import KAFKA_VERSION, LocalBroker
+from ._secure import DEFAULT_USER, SaslSsl
 
 logger = logging.getLogger(__name__)
 
 BrokerKind = Literal["external", "container", "local"]
+
+#: ``"plaintext"``: one PLAINTEXT listener. ``"sasl_ssl"``: clients connect over SASL_SSL
+#: (SCRAM-SHA-512 over TLS, a CA and certificates made at start; local jars only).
+Security = Literal["plaintext", "sasl_ssl"]
 
 
 class _Process(Protocol):
@@ -47,6 +53,16 @@ class Broker:
     pid: int | None = None
     """The broker JVM's process id, when this process started it from local jars."""
     _process: _Process | None = field(default=None, repr=False, compare=False)
+    sasl_ssl: SaslSsl | None = None
+    """A secured broker's listener, user and CA (``security="sasl_ssl"``); None otherwise."""
+
+    @property
+    def client_config(self) -> dict[str, Any]:
+        """The settings a client of this broker needs: ``bootstrap.servers``, and on a secured
+        broker its security settings and credentials (never logged: a password is among them)."""
+        if self.sasl_ssl is not None:
+            return self.sasl_ssl.client_config()
+        return {"bootstrap.servers": self.bootstrap_servers}
 
     def stop(self) -> None:
         """Stop the broker if this process started it; an external cluster is left alone."""
@@ -69,7 +85,8 @@ class Broker:
             yield
         finally:
             process.start_again()
-            wait_ready(self.bootstrap_servers, timeout=process.startup_timeout)
+            address = process.plaintext_bootstrap_servers if isinstance(process, LocalBroker) else None
+            wait_ready(address or self.bootstrap_servers, timeout=process.startup_timeout)
             if isinstance(process, LocalBroker):
                 object.__setattr__(self, "pid", process.pid)
 
@@ -111,10 +128,18 @@ def launch_broker(
     *,
     version: str = KAFKA_VERSION,
     startup_timeout: float = 120.0,
+    security: Security = "plaintext",
 ) -> Broker:
     """Start (or reach) a broker and return it; the caller must ``stop()`` it."""
     settings = {str(k): str(v) for k, v in (overrides or {}).items()}
+    if security not in ("plaintext", "sasl_ssl"):
+        raise ValueError(f"security={security!r}: expected 'plaintext' or 'sasl_ssl'")
     kind = choose_kind()
+    if security == "sasl_ssl" and kind != "local":
+        raise BrokerStartError(
+            f"security='sasl_ssl' needs a broker started from local jars (SAFECONSUMER_BROKER=local), not a "
+            f"{kind} one" + (": unset KAFKA_BOOTSTRAP_SERVERS" if kind == "external" else "")
+        )
     if kind == "external":
         if settings:
             raise BrokerOverridesUnsupported(
@@ -134,7 +159,9 @@ def launch_broker(
         process = ContainerBroker(settings)
         process.startup_timeout = startup_timeout
     else:
-        process = LocalBroker(settings, version=version, startup_timeout=startup_timeout)
+        process = LocalBroker(
+            settings, version=version, startup_timeout=startup_timeout, sasl_ssl=security == "sasl_ssl"
+        )
     try:
         process.start()
     except BrokerStartError:
@@ -143,8 +170,20 @@ def launch_broker(
     except Exception as exc:
         process.stop()
         raise BrokerStartError(f"could not start a {kind} Kafka broker: {exc}") from exc
+    secured = None
     try:
-        wait_ready(process.bootstrap_servers, timeout=startup_timeout)
+        if isinstance(process, LocalBroker) and process.tls is not None:
+            wait_ready(process.plaintext_bootstrap_servers, timeout=startup_timeout)
+            secured = SaslSsl(
+                bootstrap_servers=process.bootstrap_servers,
+                admin_bootstrap_servers=process.plaintext_bootstrap_servers,
+                ca_location=str(process.tls.ca_location),
+                username=DEFAULT_USER,
+                password=secrets.token_urlsafe(18),
+            )
+            secured.set_user(secured.username, secured.password, timeout=startup_timeout)
+        else:
+            wait_ready(process.bootstrap_servers, timeout=startup_timeout)
     except BrokerStartError as exc:
         if isinstance(process, ContainerBroker):
             detail = process.describe_failure()
@@ -153,7 +192,7 @@ def launch_broker(
         process.stop()
         raise
     pid = process.pid if isinstance(process, LocalBroker) else None
-    return Broker(process.bootstrap_servers, kind, settings, process.log_path, pid, process)
+    return Broker(process.bootstrap_servers, kind, settings, process.log_path, pid, process, secured)
 
 
 @contextmanager
@@ -162,6 +201,7 @@ def start_broker(
     *,
     version: str = KAFKA_VERSION,
     startup_timeout: float = 120.0,
+    security: Security = "plaintext",
 ) -> Iterator[Broker]:
     """Run a real Kafka broker for the duration of the ``with`` block.
 
@@ -178,8 +218,12 @@ def start_broker(
     then ``overrides``.
 
     ``overrides`` are broker settings, e.g. ``{"group.max.size": "2"}``.
+
+    ``security="sasl_ssl"`` (local jars): clients must connect over SASL_SSL with SCRAM-SHA-512;
+    ``broker.client_config`` holds what they need (CA, user, password), ``broker.sasl_ssl`` manages
+    users (``set_user``, ``delete_user``).
     """
-    broker = launch_broker(overrides, version=version, startup_timeout=startup_timeout)
+    broker = launch_broker(overrides, version=version, startup_timeout=startup_timeout, security=security)
     try:
         yield broker
     finally:

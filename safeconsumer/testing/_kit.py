@@ -130,6 +130,8 @@ def _retriable_admin_error(exc: BaseException) -> bool:
 
 
 _TRANSIENT = {
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.NOT_COORDINATOR,
@@ -148,9 +150,14 @@ class KafkaTestKit:
     retried with tenacity, bounded in time.
     """
 
-    def __init__(self, bootstrap_servers: str, *, prefix: str = "sc") -> None:
+    def __init__(
+        self, bootstrap_servers: str, *, prefix: str = "sc", client_config: Mapping[str, Any] | None = None
+    ) -> None:
+        """``client_config``: settings every client of the kit gets (a secured broker's
+        ``Broker.client_config``: security settings and credentials)."""
         self.bootstrap_servers = bootstrap_servers
         self.prefix = prefix
+        self.client_config: dict[str, Any] = {**(client_config or {}), "bootstrap.servers": bootstrap_servers}
         self._admin: AdminClient | None = None
         self._producer: Producer | None = None
 
@@ -164,7 +171,7 @@ class KafkaTestKit:
         ``extra`` keys use underscores for dots (``session_timeout_ms=6000``).
         """
         conf: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap_servers,
+            **self.client_config,
             "group.id": group,
             "auto.offset.reset": "earliest",
             **protocol_conf(protocol),
@@ -179,13 +186,13 @@ class KafkaTestKit:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+            self._admin = AdminClient(dict(self.client_config))
         return self._admin
 
     @property
     def producer(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer({"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5})
+            self._producer = Producer({**self.client_config, "linger.ms": 5})
         return self._producer
 
     def _retrying(self, timeout: float) -> Retrying:
@@ -283,14 +290,18 @@ class KafkaTestKit:
             raise AssertionError(f"producing to {topic!r} failed: {remaining} unsent, errors {errors[:3]}")
         return acked
 
-    def end_offsets(self, topic: str) -> dict[int, int]:
-        """The high watermark of every partition of ``topic``."""
+    def end_offsets(self, topic: str, *, timeout: float = 30.0) -> dict[int, int]:
+        """The high watermark of every partition of ``topic`` (retried while a leader is being
+        elected, e.g. after a broker restart)."""
         meta = self.admin.list_topics(topic, timeout=10).topics[topic]
         from confluent_kafka import Consumer
 
-        probe = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": unique_name("probe")})
+        probe = Consumer({**self.client_config, "group.id": unique_name("probe")})
         try:
-            return {p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions}
+            return {
+                p: self._retrying(timeout)(probe.get_watermark_offsets, TopicPartition(topic, p), timeout=10)[1]
+                for p in meta.partitions
+            }
         finally:
             probe.close()
 

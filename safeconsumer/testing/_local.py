@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._errors import BrokerStartError
+from ._secure import TlsFiles, add_listener, listener_settings, make_tls
 from ._settings import BROKER_SETTINGS, broker_node_settings, broker_settings, node_settings
 
 logger = logging.getLogger(__name__)
@@ -190,11 +191,16 @@ class LocalBroker:
         startup_timeout: float = 120.0,
         joins: LocalBroker | None = None,
         node_id: int = 1,
+        sasl_ssl: bool = False,
     ) -> None:
         """``joins``: run a broker-only node ``node_id`` of that (started) broker's cluster, whose
-        controller stays the only one; without it, a single node that is broker and controller."""
+        controller stays the only one; without it, a single node that is broker and controller.
+        ``sasl_ssl``: a SASL_SSL listener too (SCRAM-SHA-512 over TLS, see ``_secure``), which is
+        then the one :attr:`bootstrap_servers` names."""
         if joins is not None and (joins.pid is None or node_id == 1):
             raise ValueError("a joining node needs a started first node and a node_id other than 1")
+        if joins is not None and sasl_ssl:
+            raise ValueError("a SASL_SSL listener is made for single-node brokers only")
         self.overrides = dict(overrides or {})
         self.joins = joins
         self.node_id = node_id
@@ -207,6 +213,11 @@ class LocalBroker:
         self.workdir = Path(tempfile.mkdtemp(prefix="safeconsumer-kafka-"))
         self.log_path = self.workdir / "broker.log"
         self.port: int = 0
+        self.sasl_ssl = sasl_ssl
+        #: The SASL_SSL listener's port (0 without one).
+        self.secure_port: int = 0
+        #: Its TLS material, once made.
+        self.tls: TlsFiles | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -216,6 +227,12 @@ class LocalBroker:
 
     @property
     def bootstrap_servers(self) -> str:
+        """Where clients connect: the SASL_SSL listener on a secured broker."""
+        return f"127.0.0.1:{self.secure_port if self.sasl_ssl else self.port}"
+
+    @property
+    def plaintext_bootstrap_servers(self) -> str:
+        """The PLAINTEXT listener (the broker's own; on a secured broker, for managing users)."""
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
@@ -254,9 +271,14 @@ class LocalBroker:
                 node_id=self.node_id, port=self.port, controller_port=self.controller_port, log_dirs=str(data)
             )
             formatting = ["-t", self.cluster_id]
+        if self.sasl_ssl:
+            self.secure_port = _free_port()
+            self.tls = self.tls or make_tls(self.workdir / "tls")
+            node = {**add_listener(node, self.secure_port), **listener_settings(self.secure_port, self.tls)}
         settings = broker_settings(node, self.overrides)
         props = self.workdir / "server.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        props.chmod(0o600)  # a secured broker's keystore password is in it
         log4j = self.workdir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log=self.log_path))
         self.log_path.write_text("")
@@ -342,15 +364,16 @@ class LocalBroker:
         # Keep the logs for post-mortems; the data can go.
         shutil.rmtree(self.workdir / "data", ignore_errors=True)
 
-    def stop_process(self) -> None:
-        """Stop the JVM, keeping its data and ports for :meth:`start_again`."""
+    def stop_process(self, *, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Stop the JVM, keeping its data and ports for :meth:`start_again`; ``sig=SIGKILL``: at
+        once, as a crash does (no controlled shutdown)."""
         proc, self._proc = self._proc, None
         with _live_lock:
             _live.discard(self)
         if proc is None:
             return
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(sig)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:

@@ -9,7 +9,9 @@ Fixtures:
 - ``kafka_broker`` (session): the :class:`Broker` all tests share.
 - ``kafka_bootstrap`` (session): its bootstrap address.
 - ``kafka_broker_factory`` (session): ``factory(overrides)`` -> a broker with those
-  settings, started once per distinct overrides and stopped at session end.
+  settings, started once per distinct overrides and stopped at session end;
+  ``factory(overrides, security="sasl_ssl")`` -> a secured one (SCRAM-SHA-512 over TLS: clients
+  take ``broker.client_config``).
 - ``kafka`` (function): a :class:`KafkaTestKit` on the shared broker whose names
   carry the test's name, for topics, records and group state.
 
@@ -24,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
-from ._broker import Broker, launch_broker
+from ._broker import Broker, Security, launch_broker
 from ._errors import BrokerStartError
 from ._kit import KafkaTestKit
 
@@ -33,16 +35,16 @@ class _BrokerPool:
     """Brokers started during this session, keyed by their overrides; failures are cached too."""
 
     def __init__(self) -> None:
-        self._brokers: dict[frozenset[tuple[str, str]], Broker] = {}
-        self._failures: dict[frozenset[tuple[str, str]], str] = {}
+        self._brokers: dict[tuple[frozenset[tuple[str, str]], Security], Broker] = {}
+        self._failures: dict[tuple[frozenset[tuple[str, str]], Security], str] = {}
 
-    def get(self, overrides: Mapping[str, str] | None = None) -> Broker:
-        key = frozenset((str(k), str(v)) for k, v in (overrides or {}).items())
+    def get(self, overrides: Mapping[str, str] | None = None, *, security: Security = "plaintext") -> Broker:
+        key = (frozenset((str(k), str(v)) for k, v in (overrides or {}).items()), security)
         if key in self._failures:
             pytest.fail(self._failures[key], pytrace=False)
         if key not in self._brokers:
             try:
-                self._brokers[key] = launch_broker(dict(key))
+                self._brokers[key] = launch_broker(dict(key[0]), security=security)
             except BrokerStartError as exc:
                 self._failures[key] = f"no Kafka broker could be started: {exc}"
                 pytest.fail(self._failures[key], pytrace=False)
@@ -76,8 +78,9 @@ def kafka_bootstrap(kafka_broker: Broker) -> str:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker_factory(_kafka_pool: _BrokerPool) -> Callable[[Mapping[str, str]], Broker]:
-    """``factory({"group.max.size": "2"})`` -> a broker with those settings (shared per settings)."""
+def kafka_broker_factory(_kafka_pool: _BrokerPool) -> Callable[..., Broker]:
+    """``factory({"group.max.size": "2"})`` -> a broker with those settings (shared per settings);
+    ``factory({}, security="sasl_ssl")`` -> a secured broker."""
     return _kafka_pool.get
 
 

@@ -80,6 +80,7 @@ OPTION_EXAMPLES = (
     ("tracer_provider", "None"),
     ("explain_rebalances", "False"),
     ("fetch_memory_budget", "None"),
+    ("auth_failure_timeout", "None"),
 )
 OPTIONS = tuple(name for name, _ in OPTION_EXAMPLES)
 _A_CONSUMER = returns(("<another consumer>",))

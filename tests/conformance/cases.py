@@ -262,6 +262,7 @@ ctor(
     "K(CONF, tracer_provider=None)",
     "K(CONF, explain_rebalances=False)",
     "K(CONF, fetch_memory_budget=None)",
+    "K(CONF, auth_failure_timeout=None)",
 )
 
 # -- the methods, one canonical call each: run open, closed and uninitialised ---------------

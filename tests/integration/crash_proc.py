@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import NoReturn
 
 from confluent_kafka import Consumer, Message
@@ -171,11 +173,14 @@ def main() -> None:
     parser.add_argument("--raw", action="store_true", help="use confluent_kafka.Consumer")
     parser.add_argument("--batch", type=int, default=100, help="records per consume() batch")
     parser.add_argument("--nth", type=int, default=30, help="poll mode: the record it dies working on")
+    parser.add_argument("--client-config", help="a JSON file of client settings (a secured broker's)")
     args = parser.parse_args()
     if args.raw and args.mode in ("keepalive", "revoke"):
         parser.error(f"mode {args.mode} needs SafeConsumer.keepalive(): drop --raw")
     protocol: Protocol = args.protocol
-    conf = KafkaTestKit(args.bootstrap).consumer_conf(args.group, protocol, auto_commit_interval_ms=100)
+    client_config = json.loads(Path(args.client_config).read_text()) if args.client_config else None
+    kit = KafkaTestKit(args.bootstrap, client_config=client_config)
+    conf = kit.consumer_conf(args.group, protocol, auto_commit_interval_ms=100)
     if args.mode == "revoke":
         # While the application holds records the keeper serves a rebalance only at three quarters
         # of max.poll.interval.ms: 4.5 s here, so the work outlasts it and the rebalance is served

@@ -16,123 +16,26 @@ committed offsets, pause marks kept, under every protocol setting.
 from __future__ import annotations
 
 import logging
-import subprocess
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from safeconsumer import SafeConsumer
 from safeconsumer._requery import FAILED_OFFSET_FETCH
-from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
-from safeconsumer.testing._local import LocalBroker, _java, kafka_lib_dir
+from safeconsumer.testing import KafkaTestKit, Protocol
 
+from ..cluster import Cluster, running_cluster
 from ..support import Received, checked_pump, keys, pump, pump_for
 
-#: Both brokers keep a replica of the offsets partition; leaders move only when told.
-CLUSTER_SETTINGS = {
-    "offsets.topic.replication.factor": "2",
-    "auto.leader.rebalance.enable": "false",
-}
-OFFSETS_TOPIC = "__consumer_offsets"
-MOVE_LEADER = Path(__file__).parent / "java" / "MoveLeader.java"
-#: What a broker logs once it no longer answers as the coordinator (its groups unloaded).
-UNLOADED = f"Finished unloading metadata for {OFFSETS_TOPIC}-0"
 RECORDS = 100
 DELIVERED = 5
 
 
-class Cluster:
-    """Two brokers; :meth:`move_coordinator` hands every group's coordinator to the other one."""
-
-    def __init__(self) -> None:
-        self.first = LocalBroker(CLUSTER_SETTINGS)
-        self.second: LocalBroker | None = None
-
-    def start(self) -> None:
-        self.first.start()
-        self.second = LocalBroker(CLUSTER_SETTINGS, joins=self.first, node_id=2)
-        self.second.start()
-        self.admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-        wait_until(lambda: len(self.admin.list_topics(timeout=5).brokers) == 2, timeout=60, what="both brokers up")
-
-    @property
-    def bootstrap_servers(self) -> str:
-        assert self.second is not None
-        return f"{self.first.bootstrap_servers},{self.second.bootstrap_servers}"
-
-    def stop(self) -> None:
-        if self.second is not None:
-            self.second.stop()
-        self.first.stop()
-
-    def coordinator(self) -> int | None:
-        """The broker leading the offsets partition (every group's coordinator), once both replicas are in sync."""
-        topics = self.admin.list_topics(OFFSETS_TOPIC, timeout=5).topics
-        meta = topics.get(OFFSETS_TOPIC)
-        if meta is None or meta.error is not None or 0 not in meta.partitions:
-            return None
-        partition = meta.partitions[0]
-        return int(partition.leader) if len(partition.isrs) == 2 and partition.leader >= 0 else None
-
-    def warm_up(self, kit: KafkaTestKit) -> None:
-        """Have the offsets partition created and both its replicas in sync (a first commit does it)."""
-        topic = kit.create_topic()
-        c = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": kit.name("warm")})
-        try:
-
-            def committed() -> bool:
-                try:
-                    c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
-                except Exception:  # noqa: BLE001 - the coordinator is still coming up; try again
-                    return False
-                return True
-
-            wait_until(committed, timeout=60, what="a first commit (the offsets partition created)")
-        finally:
-            c.close()
-        wait_until(self.coordinator, timeout=60, what="both replicas of the offsets partition in sync")
-
-    def _unloads(self, broker_id: int) -> int:
-        broker = self.first if broker_id == 1 else self.second
-        assert broker is not None
-        return broker.log_path.read_text(errors="replace").count(UNLOADED)
-
-    def move_coordinator(self) -> int:
-        """Make the other broker lead the offsets partition; returns its id once the old one has
-        let go (it answers NOT_COORDINATOR from then on, and the client does not know yet)."""
-        before = wait_until(self.coordinator, timeout=30, what="the coordinator known") or 0
-        target = 2 if before == 1 else 1
-        unloads = self._unloads(before)
-        command = [_java(), "-cp", f"{kafka_lib_dir()}/*", str(MOVE_LEADER), self.bootstrap_servers]
-        moved = subprocess.run(
-            [*command, OFFSETS_TOPIC, "0", str(target)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert moved.returncode == 0, f"moving the coordinator failed:\n{moved.stdout}\n{moved.stderr[-3000:]}"
-        wait_until(lambda: self.coordinator() == target, timeout=30, what=f"broker {target} the coordinator")
-        wait_until(lambda: self._unloads(before) > unloads, timeout=30, what=f"broker {before} to unload its groups")
-        return target
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    c = Cluster()
-    try:
-        c.start()
-        kit = KafkaTestKit(c.bootstrap_servers, prefix="warm")
-        try:
-            c.warm_up(kit)
-        finally:
-            kit.close()
+    with running_cluster() as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture

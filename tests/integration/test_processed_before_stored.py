@@ -13,6 +13,7 @@ hand-out, so the next member starts after the whole batch and the unfinished res
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -158,10 +159,12 @@ def _run_child(
     spawn: Callable[[list[str]], Child],
     *,
     raw: bool = False,
+    secrets_dir: Path | None = None,
 ) -> tuple[str, str, Child, dict[int, int], SafeConsumer, Received]:
     """Let a child die in ``mode``; then a next member reads the group's partitions to their end.
 
     Returns (topic, group, child, committed offsets when the child had died, next member, what it read).
+    ``secrets_dir``: where the child's client config (a secured broker's credentials) is written.
     """
     partitions = REVOKE_PARTITIONS if mode == "revoke" else 1
     topic = kafka.create_topic(partitions=partitions)
@@ -169,6 +172,11 @@ def _run_child(
     # consume(BATCH, 10 s) returns once it holds every record: in revoke mode the batch spans all partitions.
     kafka.produce(topic, NTH - 1 if mode == "poll" else BATCH, partitions=partitions)
     args = [kafka.bootstrap_servers, topic, group, protocol, mode, "--batch", str(BATCH), "--nth", str(NTH)]
+    if secrets_dir is not None:
+        config = secrets_dir / "client-config.json"
+        config.touch(mode=0o600)
+        config.write_text(json.dumps(kafka.client_config))
+        args += ["--client-config", str(config)]
     child = spawn([*args, "--raw"] if raw else args)
     nxt: SafeConsumer | None = None
     got = Received()
@@ -200,24 +208,43 @@ def test_the_next_member_gets_every_record_a_dead_member_had_not_finished(
 ) -> None:
     topic, _group, child, committed, nxt, got = _run_child(kafka, protocol, mode, spawn)
     try:
-        finished = child.records("R")
-        unfinished = child.records("G") - finished
-        assert unfinished, f"the scenario must leave records unfinished: {child.describe()}"
-        ends = kafka.end_offsets(topic)
-        every = {(p, o) for p, end in ends.items() for o in range(end)}
-        missing = every - finished - {(r[1], r[2]) for r in got.records}
-        assert not missing, (
-            f"I8: records the dead member had not finished never reached the next member: {_ranges(missing)} "
-            f"(the dead member was handed {_ranges(child.records('G'))} and finished {_ranges(finished)}; "
-            f"committed when it died: {committed})"
-        )
-        for partition, offset in sorted(unfinished):
-            assert committed[partition] <= offset, (
-                f"I8: partition {partition}: the dead member committed {committed[partition]}, past record "
-                f"{offset} it had not finished (unfinished: {_ranges(unfinished)})"
-            )
+        _check_nothing_unfinished_was_lost(kafka, topic, child, committed, got)
     finally:
         nxt.close()
+
+
+def test_over_sasl_ssl_the_next_member_gets_every_record_a_dead_member_had_not_finished(
+    secured_kafka: KafkaTestKit, protocol: Protocol, spawn: Callable[[list[str]], Child], tmp_path: Path
+) -> None:
+    """I8 through a secured cluster (SCRAM-SHA-512 over TLS): the same guarantee, the same checks."""
+    topic, _group, child, committed, nxt, got = _run_child(
+        secured_kafka, protocol, "consume", spawn, secrets_dir=tmp_path
+    )
+    try:
+        _check_nothing_unfinished_was_lost(secured_kafka, topic, child, committed, got)
+    finally:
+        nxt.close()
+
+
+def _check_nothing_unfinished_was_lost(
+    kafka: KafkaTestKit, topic: str, child: Child, committed: dict[int, int], got: Received
+) -> None:
+    finished = child.records("R")
+    unfinished = child.records("G") - finished
+    assert unfinished, f"the scenario must leave records unfinished: {child.describe()}"
+    ends = kafka.end_offsets(topic)
+    every = {(p, o) for p, end in ends.items() for o in range(end)}
+    missing = every - finished - {(r[1], r[2]) for r in got.records}
+    assert not missing, (
+        f"I8: records the dead member had not finished never reached the next member: {_ranges(missing)} "
+        f"(the dead member was handed {_ranges(child.records('G'))} and finished {_ranges(finished)}; "
+        f"committed when it died: {committed})"
+    )
+    for partition, offset in sorted(unfinished):
+        assert committed[partition] <= offset, (
+            f"I8: partition {partition}: the dead member committed {committed[partition]}, past record "
+            f"{offset} it had not finished (unfinished: {_ranges(unfinished)})"
+        )
 
 
 def test_raw_consumer_commits_past_the_unfinished_rest_of_a_batch(

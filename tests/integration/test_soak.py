@@ -1,24 +1,43 @@
 """A short soak (tests/soak): member processes started, SIGKILLed and SIGTERMed at random while
-each pauses, resumes and keeps alive at random; nothing lost, offsets committed to the end, no
-I1/I2/I4 violation, nothing left paused, no partition "healed" by the stall guard. ``make soak`` runs the long one."""
+each pauses, resumes and keeps alive at random, on two brokers of which one is SIGKILLed and
+restarted and between which the group coordinator moves; nothing lost, offsets committed to the
+end, no I1/I2/I4 violation, nothing left paused, no partition "healed" by the stall guard.
+``make soak`` runs the long one."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 
 from safeconsumer.testing import KafkaTestKit, Protocol
 
+from ..cluster import FAULT_SETTINGS, Cluster, running_cluster
 from ..soak.run import run_soak
 
 # Member processes killed and started at random take both cores: alone, after the parallel phase.
 pytestmark = pytest.mark.serial
 
-#: Chaos time per protocol; with member start-up and the final drain the test takes about 30 s.
-SECONDS = 20.0
+#: Chaos time per protocol, with a broker SIGKILL-and-restart and a coordinator move in it; with
+#: member start-up and the final drain the test takes about 45 s.
+SECONDS = 30.0
 
 
-def test_short_soak_loses_nothing_and_keeps_every_invariant(kafka: KafkaTestKit, protocol: Protocol) -> None:
-    figures = run_soak(kafka, protocol, seconds=SECONDS, seed="pytest", drain_timeout=45.0)
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with running_cluster(FAULT_SETTINGS) as c:
+        yield c
+
+
+def test_short_soak_loses_nothing_and_keeps_every_invariant(cluster: Cluster, protocol: Protocol) -> None:
+    kit = KafkaTestKit(cluster.bootstrap_servers, prefix=f"soak-{protocol}")
+    try:
+        figures = run_soak(
+            kit, protocol, seconds=SECONDS, seed="pytest", drain_timeout=60.0, faults=cluster, fault_every=12.0
+        )
+    finally:
+        kit.close()
+    assert len(figures.faults) == 2, figures.report()  # a broker SIGKILLed and restarted, a coordinator move
     assert figures.starts > 3 and figures.kills + figures.terms > 0, figures.report()
     assert figures.produced > 0 and figures.delivered >= figures.produced, figures.report()
     assert figures.violations == [], figures.report()

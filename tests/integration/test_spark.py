@@ -31,6 +31,13 @@ def test_n_records_in_exactly_n_processed_then_nothing_new(kafka: KafkaTestKit, 
     check_n_in_exactly_n_processed_then_nothing(spark, kafka, str(tmp_path))
 
 
+def test_over_sasl_ssl_n_records_in_exactly_n_processed(
+    secured_kafka: KafkaTestKit, spark: Any, tmp_path: Path
+) -> None:
+    """The same job through a secured cluster (SCRAM-SHA-512 over TLS): the tasks get the credentials."""
+    check_n_in_exactly_n_processed_then_nothing(spark, secured_kafka, str(tmp_path))
+
+
 def test_bad_config_fails_on_the_driver_before_any_task(kafka: KafkaTestKit, spark: Any, tmp_path: Path) -> None:
     sink = FileSink(str(tmp_path))
     good = {"bootstrap.servers": kafka.bootstrap_servers, "group.id": kafka.name("g")}

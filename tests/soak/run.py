@@ -9,15 +9,23 @@ at ``--rate`` records/s, while the controller keeps between 1 and ``--members`` 
 Each member pauses, resumes and keeps alive at random and reports every record it was handed and
 every violation it saw (I1, I2, I4) on its stdout.
 
+With broker faults (the default of ``make soak`` and the in-suite run; the soak then runs on a
+two-broker cluster, :mod:`tests.cluster`), a fault thread meanwhile alternates two faults, one
+every ``--fault-every`` seconds: the second broker SIGKILLed and started again two seconds later
+(its partitions, and the coordinator when it leads the offsets partition, vanish at once), and
+the group coordinator moved to the other broker.
+
 Then production stops, every surviving member is told to lift all its pauses and stop its random
 actions (SIGUSR1), fresh members join if fewer than two are left, and the group must drain
 within ``--drain-timeout``. Finally every member gets SIGTERM (it closes) and must exit 0.
 
 A protocol passes when: every produced record was handed to some member at least once (lost 0),
 the group's committed offsets equal the end offsets of every partition (while draining and
-after the final close), no member reported a violation, and no member crashed or hung.
+after the final close), no member reported a violation, no member crashed or hung, every fault
+was carried out, and the stall guard healed nothing.
 
-The broker is ``KAFKA_BOOTSTRAP_SERVERS`` when set, else one :func:`start_broker` starts.
+The broker is ``KAFKA_BOOTSTRAP_SERVERS`` when set (no faults then), else the two-broker cluster
+(or, with ``--no-faults``, one :func:`start_broker`) is started.
 Exit status: 0 when every protocol passed, 1 otherwise.
 """
 
@@ -43,6 +51,8 @@ from typing import IO, Any, Literal
 from confluent_kafka import KafkaError, Message, Producer
 
 from safeconsumer.testing import PROTOCOLS, KafkaTestKit, Protocol, WaitTimeout, start_broker, wait_until
+
+from ..cluster import FAULT_SETTINGS, Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Partitions of the two soak topics.
@@ -76,6 +86,8 @@ class Figures:
     drain_seconds: float = 0.0
     errors: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
+    #: Broker faults carried out, one line each ("12.3s broker 2 SIGKILLed, back after 7.9s").
+    faults: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -88,6 +100,7 @@ class Figures:
             f"duplicates {self.duplicates:>6} ({self.after_kill} after kills, {self.duplicates - self.after_kill} not) "
             f"kills {self.kills:>3}  terms {self.terms:>3}  starts {self.starts:>3}  "
             f"violations {len(self.violations):>3}  lost {self.lost:>5}  stalls {self.stalls}  "
+            f"faults {len(self.faults)}  "
             f"(chaos {self.seconds:.0f}s, drain {self.drain_seconds:.1f}s, error events: {errors})  "
             f"{'ok' if self.ok else 'FAIL'}"
         )
@@ -106,6 +119,7 @@ class Figures:
         out += [f"  violation: {v}" for v in self.violations[:20]]
         if len(self.violations) > 20:
             out.append(f"  ... and {len(self.violations) - 20} more violations")
+        out += [f"  fault: {f}" for f in self.faults]
         out += [f"  failure: {f}" for f in self.failures]
         return "\n".join(out)
 
@@ -192,8 +206,13 @@ class Soak:
         log_dir: Path | None = None,
         verbose: bool = False,
         raw: bool = False,
+        faults: Cluster | None = None,
+        fault_every: float = 20.0,
     ) -> None:
         self.kit = kit
+        #: The two-broker cluster ``kit`` is on, to inflict broker faults on (None: no faults).
+        self.cluster = faults
+        self.fault_every = fault_every
         #: The baseline: raw confluent_kafka.Consumer members, same churn, no pauses (member --raw).
         self.raw = raw
         self.protocol = protocol
@@ -367,6 +386,34 @@ class Soak:
             # The chaos schedule itself: the next start/kill/term comes 0.8-3 s later.
             producer.stop.wait(self.rng.uniform(0.8, 3.0))
 
+    def _faults(self, stop: threading.Event) -> None:
+        """Alternate a broker SIGKILL-and-restart and a coordinator move, one every ``fault_every``
+        seconds from a third of that in, while the chaos runs (on its own thread)."""
+        assert self.cluster is not None
+        kinds = ["restart", "move"] if self.rng.random() < 0.5 else ["move", "restart"]
+        n = 0
+        while not stop.wait(self.fault_every / 3 if n == 0 else self.fault_every):
+            kind = kinds[n % 2]
+            n += 1
+            at = time.monotonic() - self._t0
+            began = time.monotonic()
+            try:
+                if kind == "restart":
+                    self._say("FAULT: SIGKILL broker 2")
+                    self.cluster.restart_second()
+                    text = f"{at:.1f}s broker 2 SIGKILLed, back in the cluster after {time.monotonic() - began:.1f}s"
+                else:
+                    self._say("FAULT: move the coordinator")
+                    target = self.cluster.move_coordinator()
+                    text = f"{at:.1f}s coordinator moved to broker {target} in {time.monotonic() - began:.1f}s"
+            except Exception as exc:  # noqa: BLE001 - a fault that could not be carried out fails the run
+                with self._lock:
+                    self.figures.failures.append(f"fault {kind} at {at:.1f}s failed: {exc!r}")
+                return
+            with self._lock:
+                self.figures.faults.append(text)
+            self._say(text)
+
     def _missing(self, ends: dict[int, dict[int, int]]) -> list[Key]:
         with self._lock:
             delivered = set(self._delivered)
@@ -444,8 +491,19 @@ class Soak:
         producer = _Producer(self.kit.bootstrap_servers, self.topics, self.rate)
         producer.start()
         started = time.monotonic()
+        stop_faults = threading.Event()
+        faults = threading.Thread(target=self._faults, args=(stop_faults,), name="soak-faults", daemon=True)
         try:
+            if self.cluster is not None:
+                faults.start()
             self._chaos(producer)
+            stop_faults.set()
+            if faults.is_alive():
+                faults.join(180)  # a fault under way is carried out to its end: the broker is back
+            if self.cluster is not None and not self.figures.faults:
+                self.figures.failures.append("no broker fault was carried out (chaos too short?)")
+            for topic, n in zip(self.topics, PARTITIONS, strict=True):
+                self.kit.wait_for_partitions(topic, n, timeout=60)  # every partition led again after the faults
             producer.stop.set()
             producer.join(60)
             self.figures.seconds = time.monotonic() - started
@@ -461,6 +519,7 @@ class Soak:
                 )
             self._drain(ends)
         finally:
+            stop_faults.set()
             producer.stop.set()
             self._stop_all()
         gaps = self._commit_gaps(ends)
@@ -496,6 +555,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval-ms", type=int, default=1000, help="the members' auto.commit.interval.ms")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every start, kill, term and violation")
     parser.add_argument(
+        "--no-faults", action="store_true", help="one broker and no broker faults (default: two brokers, faults)"
+    )
+    parser.add_argument("--fault-every", type=float, default=20.0, help="seconds between broker faults (default 20)")
+    parser.add_argument(
         "--raw-baseline",
         action="store_true",
         help="after each protocol, the same churn with raw confluent_kafka.Consumer members (no pauses)",
@@ -503,10 +566,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     protocols: list[Protocol] = args.protocol or list(PROTOCOLS)
     results: list[Figures] = []
-    source = "KAFKA_BOOTSTRAP_SERVERS" if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") else "a broker it starts"
+    external = bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+    with_faults = not (args.no_faults or external)
+    source = (
+        "KAFKA_BOOTSTRAP_SERVERS (no broker faults)"
+        if external
+        else "two brokers it starts, with broker faults"
+        if with_faults
+        else "a broker it starts, no faults"
+    )
     print(f"soak: {args.seconds:.0f}s of chaos per protocol, seed {args.seed!r}, on {source}", flush=True)
-    with start_broker() as broker:
-        kit = KafkaTestKit(broker.bootstrap_servers, prefix="soak")
+    with contextlib.ExitStack() as stack:
+        cluster: Cluster | None = None
+        if with_faults:
+            cluster = Cluster(FAULT_SETTINGS)
+            stack.callback(cluster.stop)
+            cluster.start()
+            bootstrap = cluster.bootstrap_servers
+        else:
+            bootstrap = stack.enter_context(start_broker()).bootstrap_servers
+        kit = KafkaTestKit(bootstrap, prefix="soak")
+        if cluster is not None:
+            cluster.warm_up(kit)
         try:
             options: dict[str, Any] = {
                 "seconds": args.seconds,
@@ -516,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
                 "drain_timeout": args.drain_timeout,
                 "commit_interval_ms": args.commit_interval_ms,
                 "verbose": args.verbose,
+                "faults": cluster,
+                "fault_every": args.fault_every,
             }
             for protocol in protocols:
                 # The raw baseline, when asked for, runs the same churn right after.
