@@ -81,8 +81,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
+## make bench: every line of SPEC's Budgets table in one run, side by side with the raw client
+## (benchmarks/budgets.py; benchmarks/throughput.py and benchmarks/aio.py go deeper into one line)
 bench: $(STAMP)
-	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m benchmarks.throughput
+	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m benchmarks.budgets
 
 ## make soak: member processes started, killed and terminated at random, under every protocol
 ## (SOAK_SECONDS of chaos each, default 180); fails on any lost record or invariant violation

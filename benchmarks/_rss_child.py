@@ -1,9 +1,12 @@
 """The child process of the peak-RSS measurement in :mod:`benchmarks.throughput`.
 
     python -m benchmarks._rss_child {raw|safe|otel} BOOTSTRAP TOPIC GROUP RECORDS FETCH_QUEUE_BACKOFF_MS
+                                    [{consume|poll} [SLOW_MIB_PER_S]]
 
-Reads RECORDS records of TOPIC with ``consume(500)`` in a fresh group, closes the consumer, and
-prints how many it read and its peak resident set size in KiB (``VmHWM`` of /proc/self/status).
+Reads RECORDS records of TOPIC with ``consume(500)`` (or ``poll()``) in a fresh group, closes the
+consumer, and prints how many it read and its peak resident set size in KiB (``VmHWM`` of
+/proc/self/status). With SLOW_MIB_PER_S the application is slow: it "works" (sleeps) so that it
+processes at most that many MiB of values a second, and librdkafka's buffers stay full meanwhile.
 It imports safeconsumer (and the OpenTelemetry SDK) only for the contender that uses them, so
 the raw child's peak RSS is that of a plain confluent_kafka application.
 
@@ -16,6 +19,7 @@ exactly the parent's 87 MiB). ``VmHWM`` belongs to the child's own address space
 from __future__ import annotations
 
 import sys
+import time
 
 from confluent_kafka import Consumer
 
@@ -38,6 +42,8 @@ def _make(kind: str, conf: dict[str, object]) -> Consumer:
 
 def main() -> None:
     kind, bootstrap, topic, group, records, backoff = sys.argv[1:7]
+    mode = sys.argv[7] if len(sys.argv) > 7 else "consume"
+    slow = float(sys.argv[8]) if len(sys.argv) > 8 else 0.0
     conf: dict[str, object] = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -47,9 +53,18 @@ def main() -> None:
     c = _make(kind, conf)
     c.subscribe([topic])
     got, want = 0, int(records)
+    owed = 0.0  # seconds of simulated work not yet slept
     try:
         while got < want:
-            got += sum(1 for m in c.consume(500, 1.0) if m.error() is None)
+            batch = c.consume(500, 1.0) if mode == "consume" else [m for m in [c.poll(1.0)] if m is not None]
+            for m in batch:
+                if m.error() is None:
+                    got += 1
+                    if slow:
+                        owed += len(m.value() or b"") / (slow * 1024 * 1024)
+            if owed >= 0.005:
+                time.sleep(owed)  # the slow application's work on what it got
+                owed = 0.0
     finally:
         c.close()
     print(got, _peak_rss_kib(), flush=True)

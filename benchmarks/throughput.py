@@ -92,11 +92,14 @@ def _first_record(make: Factory, conf: dict[str, object], topic: str) -> float:
         c.close()
 
 
-def _peak_rss_mb(kind: str, bootstrap: str, topic: str, records: int, backoff_ms: int) -> float:
-    """Run one :mod:`benchmarks._rss_child` reading ``records`` records; its peak RSS in MiB."""
+def _peak_rss_mb(
+    kind: str, bootstrap: str, topic: str, records: int, backoff_ms: int, *, extra: list[str] | None = None
+) -> float:
+    """Run one :mod:`benchmarks._rss_child` reading ``records`` records; its peak RSS in MiB.
+    ``extra``: the child's optional arguments (``poll``/``consume``, a slow application's MiB/s)."""
     cmd = [sys.executable, "-m", "benchmarks._rss_child", kind, bootstrap, topic, unique_name("rss")]
     proc = subprocess.run(
-        [*cmd, str(records), str(backoff_ms)],
+        [*cmd, str(records), str(backoff_ms), *(extra or [])],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

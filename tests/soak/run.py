@@ -152,6 +152,13 @@ class _Member:
         return "\n".join(f"      {line}" for line in text)
 
 
+def _out_dir() -> Path:
+    """``out/soak`` in the repository (git-ignored): where failing runs' member logs stay."""
+    out = ROOT / "out" / "soak"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 class _Producer(threading.Thread):
     """Writes numbered records round-robin over every partition of the soak topics at ``rate``/s."""
 
@@ -224,7 +231,8 @@ class Soak:
         self.drain_timeout = drain_timeout
         self.commit_interval_ms = commit_interval_ms
         self.verbose = verbose
-        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"soak-{protocol}-"))
+        # Kept only when the run fails: in the repository's ignored output directory (out/).
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"{self.seed}-", dir=_out_dir()))
         self.topics = [kit.create_topic(kit.name(f"soak-{protocol}-t{i}"), n) for i, n in enumerate(PARTITIONS)]
         self.group = kit.name(f"soak-{protocol}-g")
         self.members: list[_Member] = []
@@ -549,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=180.0, help="chaos time per protocol (default 180)")
     parser.add_argument("--protocol", action="append", choices=PROTOCOLS, help="repeatable; default all three")
     parser.add_argument("--seed", default="soak")
+    parser.add_argument(
+        "--runs", type=int, default=1, help="seeded runs per protocol (seeds SEED-1 ... SEED-N when more than one)"
+    )
     parser.add_argument("--rate", type=int, default=300, help="records produced per second (default 300)")
     parser.add_argument("--members", type=int, default=4, help="most member processes alive at once (default 4)")
     parser.add_argument("--drain-timeout", type=float, default=90.0)
@@ -600,12 +611,14 @@ def main(argv: list[str] | None = None) -> int:
                 "faults": cluster,
                 "fault_every": args.fault_every,
             }
+            seeds = [args.seed] if args.runs <= 1 else [f"{args.seed}-{i}" for i in range(1, args.runs + 1)]
             for protocol in protocols:
-                # The raw baseline, when asked for, runs the same churn right after.
-                for raw in (False, True) if args.raw_baseline else (False,):
-                    figures = run_soak(kit, protocol, raw=raw, **options)
-                    print(figures.report(), flush=True)
-                    results.append(figures)
+                for seed in seeds:
+                    # The raw baseline, when asked for, runs the same churn right after.
+                    for raw in (False, True) if args.raw_baseline else (False,):
+                        figures = run_soak(kit, protocol, raw=raw, **{**options, "seed": seed})
+                        print(f"seed {seed}: " + figures.report() if len(seeds) > 1 else figures.report(), flush=True)
+                        results.append(figures)
         finally:
             kit.close()
     failed = [f.protocol for f in results if not f.ok]
