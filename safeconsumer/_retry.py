@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_random_exponential,
-)
 
 from ._errors import is_retriable_commit_error
+
+if (
+    TYPE_CHECKING
+):  # tenacity is imported at the first synchronous commit: 1.4 MiB a consumer that never makes one does not pay
+    from tenacity import RetryCallState, Retrying
 
 logger = logging.getLogger("safeconsumer")
 
@@ -50,6 +48,14 @@ class CommitRetry:
 
     def retrying(self) -> Retrying:
         """A fresh tenacity controller for one commit() call."""
+        from tenacity import (
+            Retrying,
+            retry_if_exception,
+            stop_after_attempt,
+            stop_after_delay,
+            wait_random_exponential,
+        )
+
         return Retrying(
             stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
             wait=wait_random_exponential(multiplier=self.initial, max=self.maximum),

@@ -23,6 +23,7 @@ loses nothing the parent needs (a torn last line is ignored):
 
     S                       signal handlers installed: the parent may signal it now
     R <t> <p> <o>           a record handed to the application (t: index into TOPIC list)
+    B                       the application came back for more: it finished the records above
     V <invariant> <detail>  a violation seen at the moment of return
     W <error>               an error event returned by poll()/consume() (not a violation)
     D                       drain mode entered: every pause lifted, no more random actions
@@ -102,6 +103,8 @@ class Member:
         self.history: deque[str] = deque(maxlen=80)
         self.started = time.monotonic()
         self._last_state = ""
+        #: The application holds records handed out since it last came back.
+        self._holding = False
 
     def note(self, event: str) -> None:
         self.history.append(f"{time.monotonic() - self.started:8.3f} [{threading.current_thread().name}] {event}")
@@ -254,6 +257,11 @@ class Member:
     # -- consuming and checks --------------------------------------------------------------
     def step(self) -> None:
         c = self.c
+        if self._holding:
+            # Coming back after records: they are finished (I8 stores them in this call).
+            self.emit("B")
+            self.flush()
+            self._holding = False
         # Both call styles, interleaved: records poll() read ahead are handed out by a later consume().
         if self.rng.random() < 0.4:
             n = self.rng.randint(1, 100)
@@ -273,6 +281,7 @@ class Member:
             self._last_state = state
         for m in msgs:
             self.check_record(m, how, paused, assigned)
+        self._holding = self._holding or any(m.error() is None for m in msgs)
         self.check_pause_state(paused, assigned)
 
     def check_record(self, m: Message, how: str, paused: set[Key], assigned: set[Key]) -> None:
@@ -370,6 +379,7 @@ def raw_main(c: Consumer, topics: list[str], rng: random.Random) -> None:
     """The baseline member: the same calls and quiet spells as a SafeConsumer member, nothing else."""
     print("S", flush=True)
     out: list[str] = []
+    holding = False
     next_quiet = time.monotonic() + rng.expovariate(1 / 0.8) * 7  # quiet is 1 of 11 action weights
     try:
         c.subscribe(topics)
@@ -381,6 +391,9 @@ def raw_main(c: Consumer, topics: list[str], rng: random.Random) -> None:
             if not drained and time.monotonic() >= next_quiet:
                 _wake.wait(rng.uniform(0.05, 4.5))
                 next_quiet = time.monotonic() + rng.expovariate(1 / 0.8) * 7
+            if holding:
+                print("B", flush=True)  # coming back: the records above are finished
+                holding = False
             if rng.random() < 0.4:
                 msgs = c.consume(rng.randint(1, 100), 0.2)
             else:
@@ -391,6 +404,7 @@ def raw_main(c: Consumer, topics: list[str], rng: random.Random) -> None:
                 if err is not None:
                     out.append(f"W {err.name()}")
                 else:
+                    holding = True
                     out.append(f"R {topics.index(str(m.topic()))} {m.partition()} {m.offset()}")
             if out:
                 print("\n".join(out), flush=True)

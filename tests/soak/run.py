@@ -76,6 +76,10 @@ class Figures:
     #: the rest: read again although whoever first had them was never killed (a handoff at a
     #: rebalance or a clean close that did not carry the offset over).
     after_kill: int = 0
+    #: Of ``after_kill``: records the killed member was still working on (handed out, and it had
+    #: not come back for more). I8 has them delivered again by design; raw had stored them at
+    #: hand-out, so its app's unfinished work is skipped instead.
+    unfinished_at_kill: int = 0
     kills: int = 0
     terms: int = 0
     starts: int = 0
@@ -97,7 +101,8 @@ class Figures:
         errors = ", ".join(f"{k} x{v}" for k, v in sorted(self.errors.items())) or "none"
         return (
             f"{self.protocol:18} produced {self.produced:>7}  delivered {self.delivered:>7}  "
-            f"duplicates {self.duplicates:>6} ({self.after_kill} after kills, {self.duplicates - self.after_kill} not) "
+            f"duplicates {self.duplicates:>6} ({self.after_kill} after kills, of them {self.unfinished_at_kill} "
+            f"unfinished at the kill; {self.duplicates - self.after_kill} not) "
             f"kills {self.kills:>3}  terms {self.terms:>3}  starts {self.starts:>3}  "
             f"violations {len(self.violations):>3}  lost {self.lost:>5}  stalls {self.stalls}  "
             f"faults {len(self.faults)}  "
@@ -138,6 +143,8 @@ class _Member:
         self.expect: Literal["run", "kill", "term"] = "run"
         self.term_sent = 0.0
         self.reaped = False
+        #: Records handed out since the member last came back for more ("B"): unfinished.
+        self.holding: list[tuple[int, int, int]] = []
         self.reader: threading.Thread | None = None
         self.records = 0  # R lines it printed
         self.started = time.monotonic()
@@ -242,6 +249,8 @@ class Soak:
         #: Which member first had each record, and the members SIGKILLed (to explain duplicates).
         self._first: dict[Key, int] = {}
         self._killed: set[int] = set()
+        #: Records killed members were still working on when they died.
+        self._unfinished: set[Key] = set()
         self._t0 = time.monotonic()
 
     # -- members ---------------------------------------------------------------------------
@@ -290,6 +299,9 @@ class Soak:
                         self._delivered[key] += 1
                         self._first.setdefault(key, member.index)
                     member.records += 1
+                    member.holding.append(key)
+            elif kind == "B":
+                member.holding.clear()
             elif kind == "V":
                 with self._lock:
                     self.figures.violations.append(f"member {member.index} (pid {member.proc.pid}): {rest}")
@@ -342,6 +354,9 @@ class Soak:
         assert m.proc.stdout is not None
         m.proc.stdout.close()
         m.log.close()
+        if m.expect == "kill":
+            with self._lock:
+                self._unfinished.update(m.holding)
         self.figures.stalls += sum(" stalled: " in line for line in m.log_path.read_text(errors="replace").splitlines())
         expected = {"kill": rc == -signal.SIGKILL, "term": rc == 0 and m.closed.is_set(), "run": False}[m.expect]
         if not expected:
@@ -538,6 +553,9 @@ class Soak:
             self.figures.duplicates = self.figures.delivered - len(self._delivered)
             self.figures.after_kill = sum(
                 n - 1 for key, n in self._delivered.items() if n > 1 and self._first[key] in self._killed
+            )
+            self.figures.unfinished_at_kill = sum(
+                n - 1 for key, n in self._delivered.items() if n > 1 and key in self._unfinished
             )
         self.figures.lost = len(self._missing(ends))
         if self.figures.ok:
