@@ -23,8 +23,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from safeconsumer import FatalConsumerError, SafeConsumer
-from safeconsumer.testing import KafkaTestKit, Protocol, start_broker
+from safeconsumer import AuthenticationFailedError, FatalConsumerError, SafeConsumer
+from safeconsumer.testing import Broker, KafkaTestKit, Protocol, start_broker
 
 Make = Callable[..., Consumer]
 PROTOCOL: Protocol = "cooperative-sticky"
@@ -370,6 +370,26 @@ def group_full(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
     return f"failed with GroupMaxSizeReachedError after {failed_after:.1f} s", True
 
 
+def wrong_password(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
+    """A consumer of a SASL_SSL cluster given a wrong password. What does it tell within 15 s?"""
+    conf = {**kit.consumer_conf(kit.name("g"), PROTOCOL), "sasl.password": "not-the-password"}
+    c = make(conf)
+    c.subscribe(["orders"])
+    started = time.monotonic()
+    events = 0
+    try:
+        while time.monotonic() - started < 15:
+            if c.poll(0.2) is not None:
+                events += 1
+    except AuthenticationFailedError as exc:
+        took = time.monotonic() - started
+        named = "invalid credentials" in str(exc)
+        return f"AuthenticationFailedError after {took:.1f} s{', naming invalid credentials' if named else ''}", named
+    finally:
+        c.close()
+    return f"poll() returned {events} events in 15 s: nothing says the password is wrong", False
+
+
 SCENARIOS: list[tuple[str, Callable[[KafkaTestKit, Make], tuple[str, bool]]]] = [
     ("topic paused, then a rebalance", topic_pause_across_rebalance),
     ("stale pause after revoke/re-assign", stale_pause),
@@ -393,13 +413,22 @@ def _table(rows: list[Row]) -> str:
     return "\n".join([line(cells[0]), sep, *(line(c) for c in cells[1:])])
 
 
-def run(bootstrap: str, full_group_bootstrap: str) -> list[Row]:
+def run(bootstrap: str, full_group_bootstrap: str, secured: Broker | None = None) -> list[Row]:
+    """Every scenario, raw then SafeConsumer; the wrong-password one needs ``secured`` (a SASL_SSL broker)."""
     rows: list[Row] = []
     kit = KafkaTestKit(bootstrap, prefix="demo")
     full = KafkaTestKit(full_group_bootstrap, prefix="demo-full")
+    sasl = (
+        KafkaTestKit(secured.bootstrap_servers, prefix="demo-sasl", client_config=secured.client_config)
+        if secured is not None
+        else None
+    )
+    scenarios = [*SCENARIOS, ("GROUP_MAX_SIZE_REACHED", group_full)]
+    if sasl is not None:
+        scenarios.append(("wrong password on a SASL_SSL cluster", wrong_password))
     try:
-        for title, scenario in [*SCENARIOS, ("GROUP_MAX_SIZE_REACHED", group_full)]:
-            target = full if scenario is group_full else kit
+        for title, scenario in scenarios:
+            target = full if scenario is group_full else sasl if scenario is wrong_password and sasl else kit
             _say(f"- {title}: raw confluent_kafka.Consumer ...")
             raw, _ = scenario(target, Consumer)
             _say(f"    {raw}")
@@ -410,17 +439,22 @@ def run(bootstrap: str, full_group_bootstrap: str) -> list[Row]:
     finally:
         kit.close()
         full.close()
+        if sasl is not None:
+            sasl.close()
     return rows
 
 
 def main() -> int:
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
-    _say("starting two embedded Kafka brokers (the second with group.max.size=2); the first run resolves jars ...")
+    _say(
+        "starting three embedded Kafka brokers (the second with group.max.size=2, the third SASL_SSL); "
+        "the first run resolves jars ..."
+    )
     started = time.monotonic()
     limits = {"group.max.size": "2", "group.consumer.max.size": "2"}
-    with start_broker() as broker, start_broker(limits) as small:
+    with start_broker() as broker, start_broker(limits) as small, start_broker(security="sasl_ssl") as secured:
         _say(f"brokers ready in {time.monotonic() - started:.1f}s; each scenario runs raw, then with SafeConsumer")
-        rows = run(broker.bootstrap_servers, small.bootstrap_servers)
+        rows = run(broker.bootstrap_servers, small.bootstrap_servers, secured)
     _say("")
     _say(_table(rows))
     _say("")

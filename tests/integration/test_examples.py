@@ -47,9 +47,9 @@ def test_otel_wiring(kafka: KafkaTestKit) -> None:
 
 
 def test_demo_rows_hold_for_safeconsumer(
-    kafka: KafkaTestKit, kafka_broker_factory: Callable[[Mapping[str, str]], Broker]
+    kafka: KafkaTestKit, kafka_broker_factory: Callable[[Mapping[str, str]], Broker], secured_broker: Broker
 ) -> None:
     full = kafka_broker_factory({"group.max.size": "2", "group.consumer.max.size": "2"})
-    rows = demo.run(kafka.bootstrap_servers, full.bootstrap_servers)
+    rows = demo.run(kafka.bootstrap_servers, full.bootstrap_servers, secured_broker)
     assert [r.scenario for r in rows if not r.safe_ok] == [], demo._table(rows)
-    assert len(rows) == 8
+    assert len(rows) == 9

@@ -154,7 +154,8 @@ class _Member:
         return not self.reaped and self.proc.poll() is None
 
     def stderr_tail(self, lines: int = 15) -> str:
-        self.log.flush()
+        if not self.log.closed:  # closed once the member was reaped
+            self.log.flush()
         text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
         return "\n".join(f"      {line}" for line in text)
 
