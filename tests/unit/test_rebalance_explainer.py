@@ -208,3 +208,22 @@ def test_the_admin_client_gets_the_connection_settings_and_no_consumer_settings(
         "ssl.ca.location": "/ca",
         "client.id": "app-health",
     }
+
+
+@pytest.mark.parametrize("code", [KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.NOT_COORDINATOR])
+def test_the_group_is_not_described_while_a_broker_or_the_coordinator_is_unreachable(code: int) -> None:
+    """librdkafka 2.16's admin client can abort the process when a coordinator request times out
+    while its broker is down: within 30 s of such an error the explainer does not describe, and the
+    rebalance is counted unknown."""
+    group = Group(_view("STABLE", "me", "b"))
+    explainer, telemetry = _explainer(group)
+    explainer.error_seen(code)
+    explainer.callback("assigned", "joined")
+    explainer.callback("revoked", None)
+    wait_until(lambda: bool(telemetry.counted), timeout=5, what="the rebalance counted")
+    assert telemetry.counted == [("revoked", "unknown")]
+    assert group.calls == 0, "described while the cluster was in trouble"
+    explainer._trouble_at -= 31.0  # the trouble is over: describing again
+    explainer.callback("assigned", "joined")
+    wait_until(lambda: group.calls > 0, timeout=5, what="a describe once the trouble is over")
+    explainer.close()
