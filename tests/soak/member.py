@@ -348,6 +348,8 @@ def main() -> None:
         socket_timeout_ms=5000,
     )
     if args.raw:
+        if args.drain:
+            _drain.set()  # a member started for the drain acknowledges it ("D") like the others
         raw_main(Consumer(conf), list(args.topics), random.Random(args.seed))
         return
     c = SafeConsumer(conf)
