@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer
@@ -37,10 +35,11 @@ from confluent_kafka.aio import AIOConsumer
 
 from safeconsumer import SafeConsumer
 from safeconsumer.aio import SafeAIOConsumer
-from safeconsumer.testing import KafkaTestKit, start_broker, unique_name
+from safeconsumer.testing import KafkaTestKit, start_broker
 
 from .aio import _confluent
-from .throughput import Factory, _first_record, _peak_rss_mb, _read_all, _with_sdk
+from .parked_cpu import parked_cpu
+from .throughput import Factory, _conf, _first_record, _peak_rss_mb, _read_all, _side_by_side, _with_sdk, median_ratio
 
 #: Values each peak-RSS child reads: 100 MiB, as 1 kB or 500 kB records.
 RSS_BYTES = 100 * 1024 * 1024
@@ -72,49 +71,42 @@ class Line:
         return f"| {self.what} | {self.figure:.2f}{self.unit} | {sign} {self.bound:g}{self.unit} | {mark} |"
 
 
-def _alternating(names: list[str], rounds: int, measure: Callable[[str], float], label: str) -> dict[str, list[float]]:
-    values: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            values[name].append(measure(name))
-            print(f"  {label} round {r + 1} {name}: {values[name][-1]:,.3f}", flush=True)
-    return values
+def _rate(value: float) -> str:
+    return f"{value:>12,.0f}/s"
 
 
-def _ratio(values: dict[str, list[float]], name: str, base: str) -> float:
-    return statistics.median(s / b for s, b in zip(values[name], values[base], strict=True))
-
-
-def _conf(bootstrap: str) -> dict[str, object]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "group.id": unique_name("bench"),
-        "auto.offset.reset": "earliest",
-        "fetch.queue.backoff.ms": BACKOFF_MS,
-    }
+def _mib(value: float) -> str:
+    return f"{value:>8,.1f} MiB"
 
 
 def _throughput(bootstrap: str, topic: str, args: argparse.Namespace) -> list[Line]:
     makers: dict[str, Factory] = {"raw": Consumer, "safe": SafeConsumer, "otel": _with_sdk}
     lines = []
     for mode, bound in (("consume(500)", 1.0), ("poll()", 1.1)):
-        rates = _alternating(
+        rates = _side_by_side(
+            mode,
             list(makers),
             args.rounds,
-            lambda name, mode=mode: _read_all(makers[name], _conf(bootstrap), topic, args.records, mode)[0],  # type: ignore[misc]
-            f"{mode} records/s",
+            lambda name, mode=mode: _read_all(makers[name], _conf(bootstrap, BACKOFF_MS), topic, args.records, mode)[0],  # type: ignore[misc]
+            _rate,
         )
-        lines.append(Line(f"`{mode}` throughput", _ratio(rates, "safe", "raw"), bound, True))
-        lines.append(Line(f"`{mode}` throughput, OpenTelemetry SDK attached", _ratio(rates, "otel", "raw"), 0.95, True))
+        lines.append(Line(f"`{mode}` throughput", median_ratio(rates, "safe", "raw"), bound, True))
+        lines.append(
+            Line(f"`{mode}` throughput, OpenTelemetry SDK attached", median_ratio(rates, "otel", "raw"), 0.95, True)
+        )
     return lines
 
 
 def _first_records(bootstrap: str, topic: str, args: argparse.Namespace) -> Line:
     makers: dict[str, Factory] = {"raw": Consumer, "safe": SafeConsumer}
-    took = _alternating(
-        list(makers), args.rounds, lambda name: _first_record(makers[name], _conf(bootstrap), topic), "first record s"
+    took = _side_by_side(
+        "first record",
+        list(makers),
+        args.rounds,
+        lambda name: _first_record(makers[name], _conf(bootstrap, BACKOFF_MS), topic),
+        lambda seconds: f"{seconds * 1000:>8,.0f} ms",
     )
-    return Line("subscribe to first record", _ratio(took, "safe", "raw"), 1.1, False)
+    return Line("subscribe to first record", median_ratio(took, "safe", "raw"), 1.1, False)
 
 
 def _rss(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> list[Line]:
@@ -133,8 +125,8 @@ def _rss(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> list[Li
                     return _peak_rss_mb(name, bootstrap, topic, count, BACKOFF_MS, extra=extra)
 
                 label = f"peak RSS, {size_label} records, {mode}(), {speed} app"
-                mib = _alternating(["raw", "safe"], args.rss_rounds, peak, label + " MiB")
-                lines.append(Line(label, _ratio(mib, "safe", "raw"), 1.10, False))
+                mib = _side_by_side(label, ["raw", "safe"], args.rss_rounds, peak, _mib)
+                lines.append(Line(label, median_ratio(mib, "safe", "raw"), 1.10, False))
     return lines
 
 
@@ -147,15 +139,9 @@ def _aio(bootstrap: str, topic: str, args: argparse.Namespace) -> list[Line]:
         def rate(name: str, mode: str = mode, n: int = n) -> float:
             return asyncio.run(readers[name](bootstrap, topic, n, mode))  # type: ignore[arg-type]
 
-        rates = _alternating(list(readers), args.rounds, rate, f"aio {mode} records/s")
-        lines.append(
-            Line(
-                f"SafeAIOConsumer `await {mode}` / AIOConsumer",
-                _ratio(rates, "SafeAIOConsumer", "AIOConsumer"),
-                1.0,
-                True,
-            )
-        )
+        rates = _side_by_side(f"await {mode}", list(readers), args.rounds, rate, _rate)
+        ratio = median_ratio(rates, "SafeAIOConsumer", "AIOConsumer")
+        lines.append(Line(f"SafeAIOConsumer `await {mode}` / AIOConsumer", ratio, 1.0, True))
     return lines
 
 
@@ -167,19 +153,7 @@ def _aio_records(args: argparse.Namespace, mode: str) -> int:
 
 
 def _parked(kit: KafkaTestKit, args: argparse.Namespace) -> Line:
-    topic = kit.create_topic(partitions=4)
-    kit.produce(topic, 10_000, partitions=4)
-    c = SafeConsumer(kit.consumer_conf(unique_name("parked"), "cooperative-sticky"))
-    try:
-        c.subscribe([topic])
-        while len(c.assignment()) < 4:
-            c.poll(0.1)
-        with c.keepalive():
-            cpu0, wall0 = time.process_time(), time.monotonic()
-            time.sleep(args.parked_seconds)  # the application's long work, while parked
-            cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
-    finally:
-        c.close()
+    cpu, wall = parked_cpu(kit, args.parked_seconds)
     print(f"  parked: {cpu:.2f}s CPU in {wall:.0f}s", flush=True)
     return Line("a parked consumer, % of one core", 100 * cpu / wall, 2.0, False, unit="%")
 

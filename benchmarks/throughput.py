@@ -202,23 +202,30 @@ def _side_by_side(
     rounds: int,
     measure: Callable[[str], float],
     show: Callable[[float], str],
-) -> None:
+) -> dict[str, list[float]]:
     """Measure every contender once per round (which goes first alternates), print each value,
-    then per contender the medians and the median ratio to raw."""
+    then per contender the medians and the median ratio to the first (the baseline); returns
+    every value by contender."""
     values: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             value = measure(name)
             values[name].append(value)
-            print(f"  {label:13} round {r + 1} {name:4}: {show(value)}")
+            print(f"  {label:13} round {r + 1} {name:4}: {show(value)}", flush=True)
+    base = names[0]
     for name in names[1:]:
-        ratios = [s / r for s, r in zip(values[name], values["raw"], strict=True)]
         print(
-            f"{label:13} raw median {show(statistics.median(values['raw']))}  "
+            f"{label:13} {base} median {show(statistics.median(values[base]))}  "
             f"{name} median {show(statistics.median(values[name]))}  "
-            f"median ratio {name}/raw {statistics.median(ratios):.2f}",
+            f"median ratio {name}/{base} {median_ratio(values, name, base):.2f}",
             flush=True,
         )
+    return values
+
+
+def median_ratio(values: dict[str, list[float]], name: str, base: str) -> float:
+    """The median over rounds of ``name``'s value over ``base``'s in the same round."""
+    return statistics.median(s / b for s, b in zip(values[name], values[base], strict=True))
 
 
 def _first_records(bootstrap: str, topic: str, order: list[tuple[str, Factory]], args: argparse.Namespace) -> None:

@@ -88,7 +88,6 @@ class RawClient:
         self.auth: AuthWatch | None = None
         #: A fatal error reported through ``error_cb`` inside a call, raised once the call returns.
         self._pending: FatalConsumerError | None = None
-        self._pending_error: KafkaError | None = None
 
     # -- error translation -----------------------------------------------------------------
     def check_event(self, error: KafkaError) -> None:
@@ -108,7 +107,6 @@ class RawClient:
         if self.auth is not None and is_auth_failure(error) and self._pending is None:
             if self.auth.failed(time.monotonic()):
                 self._pending = auth_failed(error, self._group_id, self.auth.failing_for)
-                self._pending_error = error
             elif self.auth.failing_for == 0.0:
                 logger.warning(
                     "a connection failed to authenticate (%s); retrying, fatal after %.0fs of such failures",
@@ -118,10 +116,9 @@ class RawClient:
 
     def _after_call(self) -> None:
         """Raise the fatal error ``error_cb`` reported during the call that just returned."""
-        fatal, error = self._pending, self._pending_error
-        if fatal is not None and error is not None:
-            self._pending = self._pending_error = None
-            self._on_fatal(fatal, error)
+        fatal, self._pending = self._pending, None
+        if fatal is not None and fatal.kafka_error is not None:
+            self._on_fatal(fatal, fatal.kafka_error)
 
     def _raised(self, exc: KafkaException) -> NoReturn:
         """A KafkaException raised by librdkafka: fatal ones stop the consumer, others propagate."""

@@ -27,7 +27,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
 from safeconsumer import AuthenticationFailedError, FatalConsumerError, SafeConsumer
-from safeconsumer.testing import Broker, KafkaTestKit, Protocol, unique_name, wait_until
+from safeconsumer.testing import Broker, KafkaTestKit, Protocol, SaslSsl, unique_name, wait_until
 from safeconsumer.testing._secure import make_ca
 
 from ..support import Received, checked_pump, keys, pump
@@ -174,17 +174,25 @@ def test_auth_failure_timeout_none_retries_as_upstream_and_the_app_error_cb_hear
         SafeConsumer(conf, auth_failure_timeout=0)
 
 
+def _own_user(broker: Broker, prefix: str, records: int) -> tuple[SaslSsl, str, str, KafkaTestKit, str, str]:
+    """A user of its own on the secured broker, and a kit with a 2-partition topic holding
+    ``records`` records and a group name: (sasl, user, password, kit, topic, group)."""
+    sasl = broker.sasl_ssl
+    assert sasl is not None
+    user, password = unique_name(prefix), "Pw-" + unique_name("p")
+    sasl.set_user(user, password)
+    kit = KafkaTestKit(broker.bootstrap_servers, prefix=prefix, client_config=broker.client_config)
+    topic, group = kit.create_topic(partitions=2), kit.name("g")
+    kit.produce(topic, records, partitions=2)
+    return sasl, user, password, kit, topic, group
+
+
 def test_credentials_deleted_mid_run_surface_and_nothing_is_lost(secured_broker: Broker, protocol: Protocol) -> None:
     """A member works with its own user; the user is deleted while it works. It raises
     AuthenticationFailedError; once a member with valid credentials takes over, every record not
-    finished by the first is delivered (at least once) and the committed offsets reach the end."""
-    sasl = secured_broker.sasl_ssl
-    assert sasl is not None
-    user, password = unique_name("worker"), "pw-" + unique_name("p")
-    sasl.set_user(user, password)
-    kit = KafkaTestKit(secured_broker.bootstrap_servers, prefix="deleted", client_config=secured_broker.client_config)
-    topic, group = kit.create_topic(partitions=2), kit.name("g")
-    kit.produce(topic, 100, partitions=2)
+    finished by the first is delivered (at least once), and nothing past an unfinished record was
+    committed."""
+    sasl, user, password, kit, topic, group = _own_user(secured_broker, "deleted", 100)
     conf = {**kit.consumer_conf(group, protocol), **sasl.client_config(username=user, password=password)}
     worker, done = SafeConsumer(conf, auth_failure_timeout=TIMEOUT), Received()
     try:
@@ -213,21 +221,12 @@ def test_credentials_deleted_mid_run_surface_and_nothing_is_lost(secured_broker:
         nxt.close()
 
 
-SECRET_MARKERS = ("password", "secret")
-
-
 def test_no_secret_reaches_logs_telemetry_errors_reprs_or_notes(
     secured_broker: Broker, protocol: Protocol, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Everything observable from a consumer's life on the secured cluster, librdkafka's debug output
     of every context included, is searched for the password and the broker's keystore password."""
-    sasl = secured_broker.sasl_ssl
-    assert sasl is not None
-    user, password = unique_name("leak"), "Leak-Pw-" + unique_name("x")
-    sasl.set_user(user, password)
-    kit = KafkaTestKit(secured_broker.bootstrap_servers, prefix="leak", client_config=secured_broker.client_config)
-    topic, group = kit.create_topic(partitions=2), kit.name("g")
-    kit.produce(topic, 20, partitions=2)
+    sasl, user, password, kit, topic, group = _own_user(secured_broker, "leak", 20)
     rdkafka_log = logging.getLogger("test.rdkafka")
     otel = Otel()
     texts: list[str] = []
