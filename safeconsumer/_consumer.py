@@ -261,12 +261,15 @@ class SafeConsumer(DeprecatedNames, Consumer):
         if life.state is _CLOSED:
             return cast("list[Message]", self._stopped(Consumer.consume, "consume", *args, **kwargs))
         num_messages, timeout = consume_arguments(self, args, kwargs)
+        return self._consume(num_messages, timeout)
+
+    def _consume(self, num_messages: int, timeout: float, *, available: bool = False) -> list[Message]:
         with self._lock:
             keeper = self._keeper
             if keeper.auto_parked or not keeper.app_active:
                 keeper.app_is_back()
-            life.raise_deferred()
-            return self._reader.consume(num_messages, timeout)
+            self._life.raise_deferred()
+            return self._reader.consume(num_messages, timeout, available=available)
 
     def process(self, message: Message) -> contextlib.AbstractContextManager[Span]:
         """Trace your processing of one record: ``with consumer.process(msg): handle(msg)``.
@@ -466,3 +469,12 @@ def delivery_stats(consumer: SafeConsumer) -> DeliveryStats:
 def async_link(consumer: SafeConsumer) -> AsyncLink:
     """What :mod:`safeconsumer.aio` uses of ``consumer`` beyond its public methods (see AsyncLink)."""
     return AsyncLink(consumer._life, consumer._lane, consumer._reader, consumer._table)
+
+
+def consume_available(consumer: SafeConsumer, num_messages: int, timeout: float) -> list[Message]:
+    """``consume()`` as kafka-python's ``poll()`` reads (:mod:`safeconsumer.kafka_python`): up to
+    ``num_messages`` records and error events, returned as soon as there are any, else after
+    ``timeout`` seconds (< 0: none). Every guarantee of ``consume()`` holds."""
+    if consumer._life.state is _CLOSED:
+        raise consumer._life.closed_error("poll")
+    return consumer._consume(num_messages, timeout, available=True)

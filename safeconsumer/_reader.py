@@ -174,12 +174,14 @@ class Reader:
                 return out
             wait = 0  # withheld or dropped: keep serving the caller without waiting again
 
-    def consume(self, num_messages: int, timeout: float) -> list[Message]:
+    def consume(self, num_messages: int, timeout: float, *, available: bool = False) -> list[Message]:
         """consume(): withheld records released first, then read-ahead, then new records.
 
         Every record is admitted *after* the last librdkafka call of this consume(): a call
         may serve a rebalance, and a record admitted before it could belong to a partition
-        revoked by it (I2).
+        revoked by it (I2). ``available``: return as soon as there are records, as
+        kafka-python's ``poll()`` does, instead of waiting up to ``timeout`` for
+        ``num_messages`` of them (see :meth:`_read_available`).
 
         Called by the facade's consume() (lock held, app back, deferred errors raised). Changes the read-ahead
         and ``outstanding`` in the table, and the idle clock.
@@ -197,7 +199,9 @@ class Reader:
                     deferred.run_due(table.ahead)
                 return out
         epoch = table.epoch
-        if self._next_due():
+        if available and timeout:
+            msgs, errors = self._read_available(num_messages, timeout)
+        elif self._next_due():
             msgs, errors = self._until_due(
                 lambda t: self._client.consume(num_messages, t), timeout, lambda result: result[0]
             )
@@ -224,6 +228,21 @@ class Reader:
         if out:
             table.handed_out(out)
         return out
+
+    def _read_available(self, num_messages: int, timeout: float) -> tuple[list[Message], bool]:
+        """What librdkafka has now, up to ``num_messages``; when it has nothing, the first event
+        within ``timeout`` and what else it has then. librdkafka's consume() waits for all
+        ``num_messages`` or the whole timeout; one read here is still one call of the application."""
+        client = self._client
+        msgs, errors = client.consume(num_messages, 0)
+        if msgs:
+            return msgs, errors
+        first = self._until_due(client.poll, timeout, _is_some)
+        if first is None:
+            return msgs, False
+        rest, errors = client.consume(num_messages - 1, 0) if num_messages > 1 else ([], False)
+        rest.insert(0, first)
+        return rest, errors or first.error() is not None
 
     def _maintain(self, now: float) -> None:
         """What falls due on the application's calls: re-assigning partitions whose committed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from examples import asyncio_service, backpressure, demo, long_job, migrate, otel_wiring
+from examples import asyncio_service, backpressure, demo, kafka_python_app, long_job, migrate, otel_wiring
 from safeconsumer.testing import Broker, KafkaTestKit, Protocol
 
 
@@ -12,6 +12,14 @@ def test_migrate(kafka: KafkaTestKit) -> None:
     handled, committed = migrate.run(kafka.bootstrap_servers, records=500)
     assert handled == 500
     assert sum(committed.values()) == 500
+
+
+def test_kafka_python_app(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """A kafka-python application with only its import changed, under every protocol."""
+    extra = {"group_protocol": "consumer"} if protocol == "consumer" else {"partition_assignment_strategy": [protocol]}
+    handled, committed = kafka_python_app.run(kafka.bootstrap_servers, records=300, **extra)
+    assert handled == 300
+    assert sum(committed.values()) == 300
 
 
 def test_backpressure(kafka: KafkaTestKit) -> None:
