@@ -99,6 +99,50 @@ def topic_pause_across_rebalance(kit: KafkaTestKit, make: Make) -> tuple[str, bo
     return f"{leaked} records of the paused topic delivered", leaked == 0
 
 
+# -- 1b. the same with kafka-python's API -------------------------------------------------------
+def kafka_python_topic_pause(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
+    """Row 1 written against kafka-python's API: ``kafka.KafkaConsumer`` (raw column) against
+    ``safeconsumer.kafka_python.KafkaConsumer``, the same code with the import changed."""
+    import kafka
+
+    from safeconsumer.kafka_python import KafkaConsumer
+
+    ours = make is SafeConsumer
+    cls: Any = KafkaConsumer if ours else kafka.KafkaConsumer
+    topic = kit.create_topic(partitions=4)
+    group = kit.name("g")
+    conf = {
+        "bootstrap_servers": kit.bootstrap_servers,
+        "group_id": group,
+        "auto_offset_reset": "earliest",
+        "api_version": (4, 0, 0),
+        "session_timeout_ms": 6000,
+        "heartbeat_interval_ms": 500,
+    }
+    a, b = cls(**conf), cls(**conf)
+    a.subscribe([topic])
+    b.subscribe([topic])
+    deadline = time.monotonic() + 45
+    while time.monotonic() < deadline and not (len(a.assignment()) == 2 == len(b.assignment())):
+        a.poll(timeout_ms=50)
+        b.poll(timeout_ms=50)
+    if ours:
+        a.pause_topics(topic)
+    else:
+        a.pause(*a.assignment())  # kafka-python pauses partitions only
+    b.close()
+    deadline = time.monotonic() + 45
+    while time.monotonic() < deadline and len(a.assignment()) != 4:
+        a.poll(timeout_ms=50)
+    kit.produce(topic, 400, partitions=4)
+    leaked = 0
+    end = time.monotonic() + 4.0
+    while time.monotonic() < end:
+        leaked += sum(len(records) for records in a.poll(timeout_ms=50).values())
+    a.close()
+    return f"{leaked} records of the paused topic delivered", leaked == 0
+
+
 # -- 2. stale pause after revoke and re-assign ---------------------------------------------------
 def stale_pause(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
     """A pauses both partitions; B joins (takes M) and leaves; A resumes the one it kept. Is M consumed?"""
@@ -392,6 +436,7 @@ def wrong_password(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
 
 SCENARIOS: list[tuple[str, Callable[[KafkaTestKit, Make], tuple[str, bool]]]] = [
     ("topic paused, then a rebalance", topic_pause_across_rebalance),
+    ("kafka-python API (raw column: kafka.KafkaConsumer): topic paused, then a rebalance", kafka_python_topic_pause),
     ("stale pause after revoke/re-assign", stale_pause),
     ("paused partition's records after rebalance", paused_records_after_rebalance),
     ("processing > max.poll.interval.ms", long_processing),

@@ -377,7 +377,7 @@ class KafkaConsumer:
                 if not by_key:
                     raise
                 break
-            key = (cast(str, msg.topic()), cast(int, msg.partition()))
+            key = (converted[0], converted[1])  # topic, partition
             batch = by_key.get(key)
             if batch is None:
                 batch = by_key[key] = out[TopicPartition(*key)] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -25,6 +25,9 @@ from .._errors import AuthenticationFailedError, ConsumerClosedError, FatalConsu
 __all__ = ["Deserialize", "deserializer", "kafka_error", "record", "to_confluent", "to_kafka"]
 
 Deserialize = Any  # a kafka.Deserializer (or None)
+
+#: kafka-python's record type; its fields are set positionally (``tuple.__new__``, no keyword parsing).
+_Record: Any = ConsumerRecord
 
 #: confluent_kafka's timestamp types to kafka-python's (0 CreateTime, 1 LogAppendTime).
 _TIMESTAMP_TYPES = {confluent_kafka.TIMESTAMP_CREATE_TIME: 0, confluent_kafka.TIMESTAMP_LOG_APPEND_TIME: 1}
@@ -84,27 +87,35 @@ def _deserialize(deser: Deserialize, topic: str, headers: list[tuple[str, bytes 
 
 
 def record(msg: Message, key_deser: Deserialize, value_deser: Deserialize) -> Any:
-    """A record as kafka-python's ``ConsumerRecord``; the deserializers run here (their errors propagate)."""
-    topic = cast(str, msg.topic())
+    """A record as kafka-python's ``ConsumerRecord``; the deserializers run here (their errors propagate).
+
+    On the per-record path: one call of each ``Message`` accessor, nothing else that costs.
+    """
+    topic: Any = msg.topic()
     ts_type, ts = msg.timestamp()
-    headers = cast("list[tuple[str, bytes | None]]", msg.headers() or [])
+    raw_headers: Any = msg.headers()
+    headers = raw_headers or []
     key, value = msg.key(), msg.value()
     epoch = msg.leader_epoch()
-    return ConsumerRecord(
+    return _Record(
         topic,
         msg.partition(),
         -1 if epoch is None else epoch,
         msg.offset(),
         ts if ts_type in _TIMESTAMP_TYPES else None,
         _TIMESTAMP_TYPES.get(ts_type),
-        _deserialize(key_deser, topic, headers, key) if key_deser is not None else key,
-        _deserialize(value_deser, topic, headers, value) if value_deser is not None else value,
+        key if key_deser is None else _deserialize(key_deser, topic, headers, key),
+        value if value_deser is None else _deserialize(value_deser, topic, headers, value),
         headers,
         None,  # CRCs are checked by librdkafka (check_crcs), per batch: no per-record checksum
         -1 if key is None else len(key),
         -1 if value is None else len(value),
-        sum(len(k.encode("utf-8")) + (0 if v is None else len(v)) for k, v in headers) if headers else -1,
+        _header_size(headers) if raw_headers else -1,
     )
+
+
+def _header_size(headers: list[tuple[str, bytes | None]]) -> int:
+    return sum(len(k.encode("utf-8")) + (0 if v is None else len(v)) for k, v in headers)
 
 
 #: safeconsumer's own errors (each still a KafkaException) and the kafka.errors class each one is.
