@@ -23,11 +23,9 @@ import threading
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException
-from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import TracerProvider
 
 from ._auth import AuthWatch, ErrorTap
 from ._client import RawClient
@@ -44,7 +42,11 @@ from ._rebalance import Rebalancer
 from ._retry import CommitRetry
 from ._stall import StallGuard, stall_bound
 from ._upstream import auto_store_setting, config_of, is_incremental, positive, protocol_label
-from .otel import Telemetry
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+from ._telemetry import LazyTelemetry
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class Parts:
     table: PartitionTable
     client: RawClient
     gate: DeliveryGate
-    telemetry: Telemetry
+    telemetry: LazyTelemetry
     explainer: RebalanceExplainer
     rebalancer: Rebalancer
     reader: Reader
@@ -179,7 +181,7 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
     if settings.error_tap is not None:
         settings.error_tap.sink = client.reported
     gate = DeliveryGate(table, client, auto_store=auto_store)
-    telemetry = Telemetry(group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
+    telemetry = LazyTelemetry(group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
     telemetry.bind(table)
     protocol = protocol_label(config)
 
@@ -229,6 +231,7 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
         reset=str(config.get("auto.offset.reset", "latest")).lower(),
         restart=rebalancer.restart_stalled,
         counted=telemetry.stall_healed,
+        tick=telemetry.wake,
     )
     client.on_failed_offset_fetch = rebalancer.failed_offset_fetch
     reader = Reader(client, table, gate, rebalancer, stall, real_call_every=min(1.0, max_poll_s / 10))

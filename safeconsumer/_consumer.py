@@ -19,11 +19,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from inspect import Parameter, Signature
-from typing import Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from confluent_kafka import Consumer, Message, TopicPartition
-from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import Span, TracerProvider
 
 from ._assembly import assemble, judge
 from ._config import redact_config
@@ -48,6 +46,10 @@ from ._upstream import (
     stopped,
     upstream_arguments,
 )
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import Span, TracerProvider
 
 logger = logging.getLogger("safeconsumer")
 

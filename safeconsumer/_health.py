@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from confluent_kafka import KafkaError
 
 if TYPE_CHECKING:
-    from .otel import Telemetry
+    from ._telemetry import LazyTelemetry
 
 logger = logging.getLogger("safeconsumer")
 
@@ -215,7 +215,7 @@ class RebalanceExplainer:
         *,
         group_id: str,
         protocol: str,
-        telemetry: Telemetry,
+        telemetry: LazyTelemetry,
         describer: GroupDescriber | None,
         member_id: Callable[[], str | None],
         owned: Callable[[], int],

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from ._partitions import PartitionTable, Receipt
     from ._reader import Reader
     from ._rebalance import Rebalancer
-    from .otel import Telemetry
+    from ._telemetry import LazyTelemetry
 
 logger = logging.getLogger("safeconsumer")
 
@@ -97,7 +97,7 @@ class _Parts:
     rebalancer: Rebalancer
     keeper: Keeper
     explainer: RebalanceExplainer
-    telemetry: Telemetry
+    telemetry: LazyTelemetry
     budget: ConsumerBudget
 
 
@@ -301,7 +301,7 @@ class KeepaliveLink:
         life: Lifecycle,
         reader: Reader,
         set_parked: Callable[[bool], None],
-        telemetry: Telemetry,
+        telemetry: LazyTelemetry,
         *,
         holds_records: Callable[[], bool] = lambda: False,
     ) -> None:

@@ -48,7 +48,7 @@ from ._requery import Requery
 from ._stall import CAUSES as STALL_CAUSES
 
 if TYPE_CHECKING:
-    from .otel import Telemetry
+    from ._telemetry import LazyTelemetry
 
 logger = logging.getLogger("safeconsumer")
 
@@ -73,7 +73,7 @@ class Rebalancer:
         table: PartitionTable,
         ledger: PauseLedger,
         gate: DeliveryGate,
-        telemetry: Telemetry,
+        telemetry: LazyTelemetry,
         incremental: bool,
         protocol: str,
         explainer: RebalanceExplainer,

@@ -199,6 +199,7 @@ class StallGuard:
         reset: str,
         restart: Callable[[dict[Key, int], dict[Key, str]], list[Key]],
         counted: Callable[[Key, str], None],
+        tick: Callable[[], object] = lambda: None,
     ) -> None:
         self._client = client
         self._table = table
@@ -206,6 +207,8 @@ class StallGuard:
         self._reset = reset
         self._restart = restart
         self._counted = counted
+        #: Runs on every check, the guard's clock: telemetry looks whether OpenTelemetry was loaded since.
+        self._tick = tick
 
     def cause_known(self, keys: Iterable[Key] | None, cause: str) -> None:
         """Called by the rebalancer for an error event that names why partitions will not fetch."""
@@ -213,6 +216,7 @@ class StallGuard:
 
     def check(self, now: float, drained_at: float) -> None:
         """Called by the reader when ``watch.due`` passed (lock held, not inside a callback)."""
+        self._tick()
         table = self._table
         fetching = [k for k, s in table.owned.items() if not s.applied and k not in table.paused]
         if not fetching:
