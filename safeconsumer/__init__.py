@@ -7,6 +7,7 @@ import logging
 from ._config import redact_config
 from ._consumer import SafeConsumer, delivery_stats
 from ._delivery import DeliveryStats
+from ._deserializing import SafeDeserializingConsumer
 from ._errors import (
     EXIT_FATAL,
     EXIT_GROUP_MAX_SIZE,
@@ -19,6 +20,7 @@ from ._errors import (
     SafeConsumerError,
 )
 from ._pause import PauseState
+from ._poison import DeadLetter, DeadLetterError, PoisonLimitError, Skip
 from ._retry import CommitRetry
 from ._version import __version__
 
@@ -26,6 +28,8 @@ __all__ = [
     "AuthenticationFailedError",
     "CommitRetry",
     "ConsumerClosedError",
+    "DeadLetter",
+    "DeadLetterError",
     "DeliveryStats",
     "EXIT_FATAL",
     "EXIT_GROUP_MAX_SIZE",
@@ -34,8 +38,11 @@ __all__ = [
     "InvalidPauseRequest",
     "PauseState",
     "PauseStateError",
+    "PoisonLimitError",
     "SafeConsumer",
     "SafeConsumerError",
+    "SafeDeserializingConsumer",
+    "Skip",
     "__version__",
     "delivery_stats",
     "redact_config",

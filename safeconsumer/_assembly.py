@@ -30,13 +30,14 @@ from confluent_kafka import Consumer, KafkaException
 from ._auth import AuthWatch, ErrorTap
 from ._client import RawClient
 from ._delivery import DeliveryGate
-from ._health import GroupDescriber, RebalanceExplainer
+from ._health import GroupDescriber, RebalanceExplainer, admin_config
 from ._keepalive import KeepaliveMode, Keeper
 from ._lifecycle import FatalPolicy, KeepaliveLink, Lifecycle, State
 from ._memory import ConsumerBudget, parse_budget
 from ._offsets import Offsets
 from ._partitions import PartitionTable
 from ._pause import PauseLedger
+from ._poison import PoisonHandler, PoisonPolicy, check_policy
 from ._reader import Reader
 from ._rebalance import Rebalancer
 from ._retry import CommitRetry
@@ -65,6 +66,7 @@ class Parts:
     reader: Reader
     offsets: Offsets
     keeper: Keeper
+    poison: PoisonHandler
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class Settings:
     explain_rebalances: bool
     error_tap: ErrorTap | None
     auth_failure_timeout: float | None
+    poison: PoisonPolicy
 
 
 def judge(
@@ -101,6 +104,7 @@ def judge(
     explain_rebalances: bool,
     fetch_memory_budget: int | None,
     auth_failure_timeout: float | None,
+    poison: object,
 ) -> Settings:
     """Called by ``SafeConsumer.__init__`` before the client is created: the config judged as
     confluent_kafka and librdkafka judge it, then the options, in this order. The config
@@ -134,6 +138,7 @@ def judge(
         explain_rebalances,
         tap,
         auth_failure_timeout,
+        check_policy(poison),
     )
 
 
@@ -260,4 +265,22 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
     # Dropped without close(): freed where it is dropped (librdkafka's destroy leaves the group, as
     # upstream's), and our threads end with it.
     weakref.finalize(consumer, life.dropped).atexit = False
-    return Parts(lock, life, ledger, table, client, gate, telemetry, explainer, rebalancer, reader, offsets, keeper)
+    poison = PoisonHandler(
+        settings.poison,
+        group_id=group_id,
+        connection=admin_config(config, "dead-letters"),
+        give_back=lambda msg: _locked(lock, life, reader.give_back_from, msg),
+        keepalive=keeper.block,
+        fail=life.fail,
+        counted=telemetry.poisoned,
+    )
+    return Parts(
+        lock, life, ledger, table, client, gate, telemetry, explainer, rebalancer, reader, offsets, keeper, poison
+    )
+
+
+def _locked(lock: threading.RLock, life: Lifecycle, change: Any, *args: Any) -> None:
+    """``change(*args)`` under the client lock, while the consumer is open (closed: nothing to change)."""
+    with lock:
+        if life.state is State.OPEN:
+            change(*args)

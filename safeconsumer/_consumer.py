@@ -31,6 +31,7 @@ from ._keepalive import KeepaliveMode
 from ._keys import RebalanceCallback
 from ._lifecycle import AsyncLink, FatalPolicy, Lifecycle, State
 from ._pause import PauseState, parse_topic_entries
+from ._poison import PoisonHandler, PoisonPolicy
 from ._retry import CommitRetry
 from ._upstream import NO_CALLBACK as _NO_CALLBACK
 from ._upstream import NO_CONF as _NO_CONF
@@ -61,6 +62,7 @@ _OPEN = State.OPEN
 _DEFAULT_COMMIT_RETRY = CommitRetry()
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_R = TypeVar("_R")
 
 
 def _guarded(method: _F) -> _F:
@@ -124,6 +126,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         explain_rebalances: bool = True,
         fetch_memory_budget: int | None = None,
         auth_failure_timeout: float | None = 10.0,
+        poison: PoisonPolicy = None,
         **kwargs: Any,
     ) -> None:
         """Create the consumer.
@@ -158,6 +161,11 @@ class SafeConsumer(DeprecatedNames, Consumer):
             credentials) or TLS handshake (an untrusted certificate) before that is fatal: the consumer
             stops, closes and raises :class:`AuthenticationFailedError` (default 10). A shorter run of
             refusals is retried, as librdkafka does. ``None``: retried for ever, as confluent_kafka does.
+        :param poison: what happens to a record that cannot be processed (:meth:`handle`) or, on a
+            :class:`SafeDeserializingConsumer`, deserialized: ``None`` (default) raises, as upstream;
+            :class:`Skip` logs and counts it and goes on; :class:`DeadLetter` retries processing with
+            backoff inside a keepalive, then writes the record to a dead-letter topic, and lets its
+            offset be stored only once that write was acknowledged (docs/poison-records.md).
         """
         # The config is judged as confluent_kafka and librdkafka judge it, before anything else.
         settings = judge(
@@ -174,6 +182,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
             explain_rebalances=explain_rebalances,
             fetch_memory_budget=fetch_memory_budget,
             auth_failure_timeout=auth_failure_timeout,
+            poison=poison,
         )
         logger.debug("creating SafeConsumer with config %s", redact_config(settings.config))
         super().__init__(settings.config)  # librdkafka judges every other setting here
@@ -181,6 +190,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         self._lock, self._life, self._table, self._client = parts.lock, parts.life, parts.table, parts.client
         self._gate, self._telemetry, self._rebalancer = parts.gate, parts.telemetry, parts.rebalancer
         self._reader, self._offsets, self._keeper = parts.reader, parts.offsets, parts.keeper
+        self._poison = parts.poison
         self._lane = parts.table.lane  # type: ignore[misc]  # poll()'s fast lane: the table's, not the class default
 
     def __repr__(self) -> str:
@@ -272,6 +282,21 @@ class SafeConsumer(DeprecatedNames, Consumer):
                 keeper.app_is_back()
             self._life.raise_deferred()
             return self._reader.consume(num_messages, timeout, available=available)
+
+    def handle(self, message: Message, handler: Callable[[Message], _R]) -> _R | None:
+        """Run ``handler(message)`` under the consumer's poison policy (``poison=``).
+
+        Its result, or None when the record failed and was skipped (:class:`Skip`) or, after the
+        policy's retries, written to the dead-letter topic (:class:`DeadLetter`). With no policy the
+        handler's exception propagates, as if it had been called directly. The retries run inside a
+        keepalive block, so the member stays in its group; call ``handle()`` in your consume loop,
+        one record after the other, and a record being retried holds back its partition's later
+        records. :class:`DeadLetterError` when the dead-letter topic could not be written: the record
+        (and what was handed out after it) is delivered again, nothing is stored past it.
+        """
+        if self._life.state is _CLOSED:
+            raise self._life.closed_error("handle")
+        return self._poison.handle(message, handler)
 
     def process(self, message: Message) -> contextlib.AbstractContextManager[Span]:
         """Trace your processing of one record: ``with consumer.process(msg): handle(msg)``.
@@ -439,6 +464,8 @@ class SafeConsumer(DeprecatedNames, Consumer):
     def close(self) -> None:
         """Leave the group and release the client. Calling it again does nothing. Any thread may call it."""
         self._life.close()
+        if "_poison" in vars(self):
+            self._poison.close()  # what the dead-letter producer holds is flushed
 
     @upstream_arguments
     def __enter__(self) -> SafeConsumer:
@@ -480,3 +507,11 @@ def consume_available(consumer: SafeConsumer, num_messages: int, timeout: float)
     if consumer._life.state is _CLOSED:
         raise consumer._life.closed_error("poll")
     return consumer._consume(num_messages, timeout, available=True)
+
+
+def poison_handler(consumer: SafeConsumer) -> PoisonHandler:
+    """The poison policy at work for ``consumer`` (:class:`._deserializing.SafeDeserializingConsumer`'s
+    ``poll()`` hands it what it could not deserialize)."""
+    if consumer._life.state is _CLOSED and "_poison" not in vars(consumer):
+        raise consumer._life.closed_error("poll")
+    return consumer._poison

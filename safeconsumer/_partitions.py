@@ -527,6 +527,21 @@ class PartitionTable:
         if unowned:
             self.dropped_unowned(unowned)
 
+    def give_back_from(self, msg: Message) -> None:
+        """The application could not finish ``msg`` and it could not be set aside (a dead-letter
+        write failed): it and what the same call handed out after it go back (see :meth:`given_back`),
+        so that nothing from it on counts as processed.
+
+        Called by the reader's give_back_from() (the poison handler, lock held). Changes what given_back() changes.
+        """
+        out = self.outstanding
+        if isinstance(out, list):
+            for i, handed in enumerate(out):
+                if handed is msg:
+                    self.given_back(out[i:])
+                    return
+        self.given_back([msg])
+
     def handed_out(self, out: Message | list[Message]) -> None:
         """What a locked poll()/consume() returned: outstanding until the application comes back.
 

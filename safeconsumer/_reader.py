@@ -341,6 +341,12 @@ class Reader:
         self._table.given_back(msgs)
         self._ahead_epoch = -1
 
+    def give_back_from(self, msg: Message) -> None:
+        """Called by the poison handler (lock held): ``msg`` and what was handed out after it go back
+        (see :meth:`._partitions.PartitionTable.give_back_from`)."""
+        self._table.give_back_from(msg)
+        self._ahead_epoch = -1
+
     def idle_seconds(self) -> float:
         return _monotonic() - self.last_call
 

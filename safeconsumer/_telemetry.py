@@ -116,6 +116,11 @@ class LazyTelemetry:
         if real is not None:
             real.stall_healed(key, cause)
 
+    def poisoned(self, outcome: str, stage: str) -> None:
+        real = self.wake()
+        if real is not None:
+            real.poisoned(outcome, stage)
+
     def fatal(self, error_type: str) -> None:
         real = self.wake()
         if real is not None:

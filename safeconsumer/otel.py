@@ -150,6 +150,11 @@ class Telemetry:
         self._fatal = meter.create_counter(
             "safeconsumer.fatal_errors", unit="{error}", description="Fatal errors that stopped the consumer."
         )
+        self._poisoned = meter.create_counter(
+            "safeconsumer.records.poisoned",
+            unit="{record}",
+            description="Records that failed to deserialize or process, skipped or dead-lettered by the poison policy.",
+        )
         self._stalls = meter.create_counter(
             "safeconsumer.stalls",
             unit="{partition}",
@@ -258,6 +263,10 @@ class Telemetry:
         }
         self._stalls.add(1, {**self.base, "messaging.destination.name": key[0], "safeconsumer.stall.cause": cause})
         self._tracer.start_span("safeconsumer stall heal", attributes=attributes).end()
+
+    def poisoned(self, outcome: str, stage: str) -> None:
+        """One poison record ``skipped`` or ``dead_lettered`` at ``stage`` (deserialize, process)."""
+        self._poisoned.add(1, {**self.base, "safeconsumer.poison.outcome": outcome, "safeconsumer.poison.stage": stage})
 
     def fatal(self, error_type: str) -> None:
         self._fatal.add(1, {**self.base, "error.type": error_type})

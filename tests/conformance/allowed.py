@@ -81,12 +81,14 @@ OPTION_EXAMPLES = (
     ("explain_rebalances", "False"),
     ("fetch_memory_budget", "None"),
     ("auth_failure_timeout", "None"),
+    ("poison", "None"),
 )
 OPTIONS = tuple(name for name, _ in OPTION_EXAMPLES)
 _A_CONSUMER = returns(("<another consumer>",))
 
 #: SafeConsumer's public methods and attributes that upstream does not have, a SPEC addition.
 ADDITIONS = (
+    "handle",  # SPEC's poison records: the processing failures' policy (issue 25; docs/poison-records.md)
     "keepalive",
     "owns",
     "pause_state",

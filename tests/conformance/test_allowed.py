@@ -256,6 +256,7 @@ def test_safeconsumer_refuses_what_crashes_upstream_with_an_invalid_argument(cas
 
 #: Each of SPEC's additions, called as an application would (keepalive() is entered).
 _ADDITION_CALLS: dict[str, Callable[[Any], object]] = {
+    "handle": lambda c: c.handle(Message(topic="t", partition=0, offset=1), lambda m: m),
     "keepalive": lambda c: c.keepalive().__enter__(),
     "owns": lambda c: c.owns(("t", 0)),
     "pause_state": lambda c: c.pause_state(),

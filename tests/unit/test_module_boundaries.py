@@ -27,6 +27,10 @@ PRIVATE_ACCESS_ALLOWED = {
         "as delivery_stats: the facade's module hands safeconsumer.aio its one view of the "
         "consumer (AsyncLink), instead of aio reading the consumer's attributes"
     ),
+    ("_consumer.py", "poison_handler"): (
+        "as delivery_stats: SafeDeserializingConsumer (another module, upstream's class on top) hands "
+        "what it could not deserialize to the consumer's poison handler"
+    ),
     ("_consumer.py", "consume_available"): (
         "as delivery_stats: the facade's module offers safeconsumer.kafka_python the consume() that "
         "returns once records are there (kafka-python's poll()), not a public method of the consumer"

@@ -1,0 +1,272 @@
+"""Poison records against the real broker, every protocol: SafeDeserializingConsumer as upstream's
+DeserializingConsumer, and the Skip and DeadLetter policies (SPEC: poison records)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, DeserializingConsumer, Message
+from confluent_kafka.error import ValueDeserializationError
+from confluent_kafka.serialization import SerializationContext
+
+from safeconsumer import (
+    DeadLetter,
+    DeadLetterError,
+    PoisonLimitError,
+    SafeConsumer,
+    SafeDeserializingConsumer,
+    Skip,
+)
+from safeconsumer.testing import KafkaTestKit, Protocol, unique_name, wait_until
+
+POISON = b"poison"
+
+
+def strict_utf8(data: bytes | None, _ctx: SerializationContext) -> str | None:
+    """A value deserializer that refuses the poison records."""
+    if data is not None and data.startswith(POISON):
+        raise ValueError("not a record of ours")
+    return None if data is None else data.decode()
+
+
+def produce(kit: KafkaTestKit, topic: str, values: list[bytes]) -> None:
+    for i, value in enumerate(values):
+        kit.producer.produce(topic, value=value, key=f"k{i}".encode(), headers=[("origin", b"test")], partition=0)
+    assert kit.producer.flush(30) == 0
+
+
+def values_with_poison(n: int, poison_at: set[int]) -> list[bytes]:
+    return [POISON + b"-" + str(i).encode() if i in poison_at else str(i).encode() for i in range(n)]
+
+
+def read_all(kit: KafkaTestKit, topic: str, n: int) -> list[Message]:
+    """Every record of ``topic`` (one partition), read by a raw consumer."""
+    c = Consumer({**kit.client_config, "group.id": unique_name("read"), "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got: list[Message] = []
+    try:
+        wait_until(
+            lambda: len(got) >= n,
+            timeout=30,
+            what=f"{n} records of {topic}",
+            step=lambda: got.extend(m for m in [c.poll(0.2)] if m is not None and m.error() is None),
+        )
+    finally:
+        c.close()
+    return got
+
+
+def poll_values(c: Any, n: int, *, timeout: float = 45) -> list[Any]:
+    out: list[Any] = []
+
+    def step() -> None:
+        msg = c.poll(0.2)
+        if msg is not None and msg.error() is None:
+            out.append(msg.value())
+
+    wait_until(lambda: len(out) >= n, timeout=timeout, what=f"{n} records", step=step)
+    return out
+
+
+def _at_least(items: list[Any], n: int) -> bool:
+    return len(items) >= n
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Any]]:
+    made: list[Any] = []
+    yield made
+    for c in made:
+        c.close()
+
+
+def test_without_a_policy_it_is_upstreams_deserializing_consumer(
+    kafka: KafkaTestKit, protocol: Protocol, closing: list[Any]
+) -> None:
+    """The same outcomes, call by call, as confluent_kafka.DeserializingConsumer: records
+    deserialized, ValueDeserializationError with the record at the poison, consume() refused."""
+    topic = kafka.create_topic()
+    produce(kafka, topic, values_with_poison(8, {4}))
+    outcomes: dict[str, list[Any]] = {}
+    for cls in (DeserializingConsumer, SafeDeserializingConsumer):
+        c = cls({**kafka.consumer_conf(kafka.name("g"), protocol), "value.deserializer": strict_utf8})
+        closing.append(c)
+        c.subscribe([topic])
+        seen: list[Any] = []
+
+        def step(c: Any = c, seen: list[Any] = seen) -> None:
+            try:
+                msg = c.poll(0.2)
+            except ValueDeserializationError as exc:
+                record = exc.kafka_message
+                assert record is not None
+                seen.append(("raised", record.offset(), record.value()))
+                return
+            if msg is not None:
+                seen.append(msg.value())
+
+        wait_until(functools.partial(_at_least, seen, 8), timeout=45, what="8 outcomes", step=step)
+        with pytest.raises(NotImplementedError):
+            c.consume(1, 0)
+        outcomes[cls.__name__] = seen
+    expected = ["0", "1", "2", "3", ("raised", 4, POISON + b"-4"), "5", "6", "7"]
+    assert outcomes["DeserializingConsumer"] == expected, "upstream's behaviour changed"
+    assert outcomes["SafeDeserializingConsumer"] == expected
+    assert isinstance(closing[1], SafeConsumer)
+
+
+def test_skip_logs_counts_and_goes_on(
+    kafka: KafkaTestKit, protocol: Protocol, closing: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="safeconsumer")
+    topic, group = kafka.create_topic(), kafka.name("g")
+    produce(kafka, topic, values_with_poison(20, {3, 11}))
+    c = SafeDeserializingConsumer(
+        {**kafka.consumer_conf(group, protocol), "value.deserializer": strict_utf8}, poison=Skip()
+    )
+    closing.append(c)
+    c.subscribe([topic])
+    assert poll_values(c, 18) == [str(i) for i in range(20) if i not in (3, 11)]
+    c.close()
+    skipped = [r.getMessage() for r in caplog.records if "skipped a record" in r.getMessage()]
+    assert len(skipped) == 2
+    assert f"{topic} [0] at offset 3 (confluent_kafka.error.ValueDeserializationError)" in skipped[0]
+    assert not any("poison" in r.getMessage() for r in caplog.records), "a payload reached the log"
+    assert kafka.committed(group, topic, 1) == {0: 20}
+
+
+def test_dead_letter_after_deserialization_keeps_the_original_record(
+    kafka: KafkaTestKit, protocol: Protocol, closing: list[Any]
+) -> None:
+    topic, dlq, group = kafka.create_topic(), kafka.create_topic(), kafka.name("g")
+    produce(kafka, topic, values_with_poison(20, {7}))
+    c = SafeDeserializingConsumer(
+        {**kafka.consumer_conf(group, protocol), "value.deserializer": strict_utf8}, poison=DeadLetter(dlq)
+    )
+    closing.append(c)
+    c.subscribe([topic])
+    assert poll_values(c, 19) == [str(i) for i in range(20) if i != 7]
+    c.close()
+    [dead] = read_all(kafka, dlq, 1)
+    assert dead.value() == POISON + b"-7" and dead.key() == b"k7"
+    headers = dict(dead.headers() or [])
+    assert headers["origin"] == b"test", "the original headers are kept"
+    assert headers["safeconsumer.dlt.original.topic"] == topic.encode()
+    assert headers["safeconsumer.dlt.original.offset"] == b"7"
+    assert headers["safeconsumer.dlt.group"] == group.encode()
+    assert headers["safeconsumer.dlt.stage"] == b"deserialize"
+    assert headers["safeconsumer.dlt.exception.class"] == b"confluent_kafka.error.ValueDeserializationError"
+    assert kafka.committed(group, topic, 1) == {0: 20}
+
+
+def test_handle_retries_then_dead_letters_and_keeps_the_order(
+    kafka: KafkaTestKit, protocol: Protocol, closing: list[Any]
+) -> None:
+    topic, dlq, group = kafka.create_topic(), kafka.create_topic(), kafka.name("g")
+    produce(kafka, topic, [b"0", b"flaky", b"2", b"bad", b"4"])
+    tries: dict[bytes, int] = {}
+    done: list[bytes] = []
+
+    def handler(msg: Message) -> str:
+        value = msg.value() or b""
+        tries[value] = tries.get(value, 0) + 1
+        if value == b"bad" or (value == b"flaky" and tries[value] < 2):
+            raise RuntimeError(f"cannot handle offset {msg.offset()}")
+        done.append(value)
+        return "ok"
+
+    c = SafeConsumer(kafka.consumer_conf(group, protocol), poison=DeadLetter(dlq, retries=2, backoff=0.05))
+    closing.append(c)
+    c.subscribe([topic])
+    results: list[Any] = []
+
+    def step() -> None:
+        msg = c.poll(0.2)
+        if msg is not None and msg.error() is None:
+            results.append(c.handle(msg, handler))
+
+    wait_until(lambda: len(results) >= 5, timeout=45, what="5 records handled", step=step)
+    assert results == ["ok", "ok", "ok", None, "ok"]
+    assert done == [b"0", b"flaky", b"2", b"4"], "order per partition kept through the retries"
+    assert tries[b"flaky"] == 2 and tries[b"bad"] == 3
+    c.close()
+    [dead] = read_all(kafka, dlq, 1)
+    headers = dict(dead.headers() or [])
+    assert dead.value() == b"bad" and headers["safeconsumer.dlt.stage"] == b"process"
+    assert headers["safeconsumer.dlt.attempts"] == b"3"
+    assert headers["safeconsumer.dlt.exception.class"] == b"RuntimeError"
+    assert headers["safeconsumer.dlt.exception.message"] == b"cannot handle offset 3"
+    assert kafka.committed(group, topic, 1) == {0: 5}
+
+
+def test_an_unwritable_dead_letter_topic_stores_nothing_and_the_record_comes_again(
+    kafka: KafkaTestKit, protocol: Protocol, closing: list[Any]
+) -> None:
+    topic, group = kafka.create_topic(), kafka.name("g")
+    dlq = kafka.name("dlq")  # not created yet: the broker does not create topics on its own
+    produce(kafka, topic, [b"0", b"bad", b"2"])
+
+    def handler(msg: Message) -> str:
+        if msg.value() == b"bad":
+            raise RuntimeError("bad record")
+        return "ok"
+
+    policy = DeadLetter(dlq, retries=0, timeout=3, producer_config={"message.timeout.ms": 2500})
+    c = SafeConsumer(kafka.consumer_conf(group, protocol, enable_auto_commit=False), poison=policy)
+    closing.append(c)
+    c.subscribe([topic])
+    handled: list[Any] = []
+    failures: list[int] = []
+
+    def step() -> None:
+        msg = c.poll(0.2)
+        if msg is None or msg.error() is not None:
+            return
+        try:
+            handled.append((msg.offset(), c.handle(msg, handler)))
+        except DeadLetterError:
+            failures.append(msg.offset() or 0)
+            c.commit(asynchronous=False)  # commits what was processed: never the record that failed
+
+    wait_until(lambda: failures, timeout=45, what="a failed dead-letter write", step=step)
+    assert handled == [(0, "ok")]
+    assert kafka.committed(group, topic, 1) == {0: 1}
+    kafka.create_topic(dlq)  # the dead-letter topic recovers
+    wait_until(lambda: len(handled) >= 3, timeout=45, what="the rest after recovery", step=step)
+    assert handled == [(0, "ok"), (1, None), (2, "ok")], "the record that failed came again, first"
+    c.commit(asynchronous=False)
+    assert kafka.committed(group, topic, 1) == {0: 3}
+    assert [m.value() for m in read_all(kafka, dlq, 1)] == [b"bad"]
+
+
+def test_too_many_dead_letters_stop_the_consumer(kafka: KafkaTestKit, protocol: Protocol, closing: list[Any]) -> None:
+    topic, dlq, group = kafka.create_topic(), kafka.create_topic(), kafka.name("g")
+    produce(kafka, topic, values_with_poison(10, {1, 2, 3, 4}))
+    c = SafeDeserializingConsumer(
+        {**kafka.consumer_conf(group, protocol), "value.deserializer": strict_utf8},
+        poison=DeadLetter(dlq, max_dead_letters=2, window=600),
+    )
+    closing.append(c)
+    c.subscribe([topic])
+    got: list[Any] = []
+    raised: list[PoisonLimitError] = []
+
+    def step() -> None:
+        try:
+            msg = c.poll(0.2)
+        except PoisonLimitError as exc:
+            raised.append(exc)
+            return
+        if msg is not None:
+            got.append(msg.value())
+
+    wait_until(lambda: raised, timeout=45, what="PoisonLimitError", step=step)
+    assert got == ["0"]
+    assert "max_dead_letters=2" in str(raised[0])
+    with pytest.raises(PoisonLimitError):
+        c.poll(0)
+    assert len(read_all(kafka, dlq, 3)) == 3, "the third write happened, then the consumer stopped"
