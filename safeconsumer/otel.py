@@ -21,6 +21,11 @@ instrument                                    kind               attributes
 ``safeconsumer.records.purged``               counter            ``safeconsumer.purge.reason``:
                                                                  revoked | lost | unowned | seek
 ``safeconsumer.offsets.dropped``              counter            (offsets of unowned partitions refused)
+``safeconsumer.records.poisoned``             counter            ``safeconsumer.poison.outcome``:
+                                                                 skipped | dead_lettered;
+                                                                 ``safeconsumer.poison.stage``
+``safeconsumer.stalls``                       counter            ``messaging.destination.name``,
+                                                                 ``safeconsumer.stall.cause``
 ``safeconsumer.keepalive.duration``           histogram (s)      ``safeconsumer.keepalive.mode``: auto | manual
 ``safeconsumer.fatal_errors``                 counter            ``error.type``
 ============================================  =================  ==============================================
