@@ -33,11 +33,12 @@ from kafka.future import Future
 from kafka.structs import ConsumerGroupMetadata, MemberState, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 from .._client import group_generation
-from .._consumer import SafeConsumer, async_link, consume_available, delivery_stats
+from .._consumer import SafeConsumer, async_link, consume_available, delivery_stats, poison_handler
 from .._health import admin_config
 from .._keepalive import KeepaliveMode
 from .._lifecycle import FatalPolicy
 from .._pause import PauseState
+from .._poison import DeadLetterError, PoisonPolicy
 from .._retry import CommitRetry
 from ._config import judge
 from ._convert import deserializer, kafka_error, record, to_confluent, to_kafka
@@ -92,7 +93,9 @@ class KafkaConsumer:
     kafka-python does not know, or a value librdkafka cannot honour, raises
     ``kafka.errors.KafkaConfigurationError``. The keyword-only options are safeconsumer's:
     ``group_protocol='consumer'`` (KIP-848, which kafka-python lacks) and SafeConsumer's own
-    (``keepalive``, ``on_fatal``, ...; see :class:`safeconsumer.SafeConsumer`).
+    (``keepalive``, ``on_fatal``, ``poison``, ...; see :class:`safeconsumer.SafeConsumer`): a record
+    the key or value deserializer cannot read is raised as kafka-python raises it, or skipped or
+    dead-lettered by the ``poison`` policy.
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class KafkaConsumer:
         explain_rebalances: bool = True,
         fetch_memory_budget: int | None = None,
         auth_failure_timeout: float | None = 10.0,
+        poison: PoisonPolicy = None,
         **configs: Any,
     ) -> None:
         self._closed = True  # until the SafeConsumer exists: close() and __del__ have nothing to do
@@ -133,7 +137,9 @@ class KafkaConsumer:
             explain_rebalances=explain_rebalances,
             fetch_memory_budget=fetch_memory_budget,
             auth_failure_timeout=auth_failure_timeout,
+            poison=poison,
         )
+        self._poison = poison_handler(self._consumer)
         self._closed = False
         self._mode = _Mode.NONE
         self._topics: set[str] | None = None
@@ -365,12 +371,25 @@ class KafkaConsumer:
         out: dict[TopicPartition, list[Any]] = {}
         by_key: dict[_Key, list[Any]] = {}
         kd, vd = self._key_deser, self._value_deser
+        poison = self._poison
         for i, msg in enumerate(msgs):
             try:
                 if msg.error() is not None:
                     self._event(msg)
                     continue
-                converted = record(msg, kd, vd)
+                try:
+                    converted = record(msg, kd, vd)
+                except Exception as exc:
+                    if poison.policy is None:
+                        raise
+                    # Skipped or dead-lettered: handed out, stored once the application comes back.
+                    poison.deserialization_failed(exc, msg)
+                    continue
+            except DeadLetterError:
+                del msgs[i:]  # the poison handler gave them back already
+                if not by_key:
+                    raise
+                break
             except BaseException:
                 self._give_back(msgs[i + 1 if msg.error() is not None else i :])
                 del msgs[i:]

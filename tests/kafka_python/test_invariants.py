@@ -277,3 +277,45 @@ def test_a_dropped_consumer_is_freed_where_it_is_dropped(kafka: KafkaTestKit, pr
         timeout=15,
         what="safeconsumer threads to end",
     )
+
+
+class StrictUtf8(Deserializer):  # type: ignore[misc]
+    def deserialize(self, topic: str, headers: Any, data: bytes | None) -> Any:
+        if data is not None and data.startswith(b"poison"):
+            raise ValueError("not a record of ours")
+        return None if data is None else data.decode()
+
+
+def test_a_record_the_deserializer_refuses_is_dead_lettered_through_this_api(
+    kafka: KafkaTestKit, protocol: Protocol, members: list[KafkaConsumer]
+) -> None:
+    from confluent_kafka import Consumer
+
+    from safeconsumer import DeadLetter
+
+    topic, dlq, group = kafka.create_topic(), kafka.create_topic(), kafka.name("g")
+    for value in (b"0", b"1", b"poison", b"3"):
+        kafka.producer.produce(topic, value=value, partition=0)
+    assert kafka.producer.flush(30) == 0
+    c = member(kafka, group, protocol, value_deserializer=StrictUtf8(), poison=DeadLetter(dlq))
+    members.append(c)
+    c.subscribe([topic])
+    got: dict[int, list[Any]] = {}
+    drain([c], got, until=lambda: len(got.get(0, [])) >= 3, timeout=30, what="3 records")
+    assert [r.value for r in got[0]] == ["0", "1", "3"]
+    c.close()
+    assert kafka.committed(group, topic, 1) == {0: 4}
+    reader = Consumer({**kafka.client_config, "group.id": kafka.name("r"), "auto.offset.reset": "earliest"})
+    reader.subscribe([dlq])
+    dead: list[Any] = []
+    try:
+        wait_until(
+            lambda: dead,
+            timeout=30,
+            what="the dead-lettered record",
+            step=lambda: dead.extend(m for m in [reader.poll(0.2)] if m is not None and m.error() is None),
+        )
+    finally:
+        reader.close()
+    assert dead[0].value() == b"poison"
+    assert dict(dead[0].headers())["safeconsumer.dlt.original.offset"] == b"2"
