@@ -37,7 +37,7 @@ from ._memory import ConsumerBudget, parse_budget
 from ._offsets import Offsets
 from ._partitions import PartitionTable
 from ._pause import PauseLedger
-from ._poison import PoisonHandler, PoisonPolicy, check_policy
+from ._poison import DeadLetterWriter, PoisonHandler, PoisonPolicy, check_policy
 from ._reader import Reader
 from ._rebalance import Rebalancer
 from ._retry import CommitRetry
@@ -268,11 +268,12 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
     poison = PoisonHandler(
         settings.poison,
         group_id=group_id,
-        connection=admin_config(config, "dead-letters"),
+        writer=DeadLetterWriter(group_id, admin_config(config, "dead-letters")),
         give_back=lambda msg: _locked(lock, life, reader.give_back_from, msg),
         keepalive=keeper.block,
         fail=life.fail,
         counted=telemetry.poisoned,
+        owns=lambda msg: (msg.topic(), msg.partition()) in table.owned,
     )
     return Parts(
         lock, life, ledger, table, client, gate, telemetry, explainer, rebalancer, reader, offsets, keeper, poison

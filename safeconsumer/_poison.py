@@ -44,7 +44,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -52,7 +52,15 @@ from ._errors import FatalConsumerError, SafeConsumerError
 
 logger = logging.getLogger("safeconsumer")
 
-__all__ = ["HEADER_PREFIX", "DeadLetter", "DeadLetterError", "PoisonHandler", "PoisonLimitError", "Skip"]
+__all__ = [
+    "HEADER_PREFIX",
+    "DeadLetter",
+    "DeadLetterError",
+    "DeadLetterWriter",
+    "PoisonHandler",
+    "PoisonLimitError",
+    "Skip",
+]
 
 _T = TypeVar("_T")
 
@@ -125,124 +133,16 @@ def check_policy(policy: object) -> PoisonPolicy:
     return policy
 
 
-class PoisonHandler:
-    """One consumer's poison policy at work.
+class DeadLetterWriter:
+    """Writes records to dead-letter topics and waits for the broker's acknowledgement: one
+    idempotent producer (``acks=all``) per consumer, on its connection settings, made at the first write."""
 
-    Called by the facade's ``handle()`` and by ``SafeDeserializingConsumer.poll()`` on the
-    application's thread. It reaches the rest of the consumer only through the callables it was
-    built with: ``give_back`` (the table takes back the record and what was handed out after it),
-    ``keepalive`` (the consumer's keepalive block, around retries), ``fail`` (the fatal stop) and
-    ``counted`` (telemetry).
-    """
-
-    def __init__(
-        self,
-        policy: PoisonPolicy,
-        *,
-        group_id: str,
-        connection: Mapping[str, Any],
-        give_back: Callable[[Message], None],
-        keepalive: Callable[[], contextlib.AbstractContextManager[None]],
-        fail: Callable[[FatalConsumerError, KafkaError], None],
-        counted: Callable[[str, str], None],
-    ) -> None:
-        self.policy = policy
+    def __init__(self, group_id: str, connection: Mapping[str, Any]) -> None:
         self._group_id = group_id
         self._connection = dict(connection)
-        self._give_back = give_back
-        self._keepalive = keepalive
-        self._fail = fail
-        self._counted = counted
         self._producer: Producer | None = None
-        self._recent: deque[float] = deque()  # monotonic times of recent dead-letter writes
-        #: Records skipped and dead-lettered so far.
-        self.skipped = 0
-        self.dead_lettered = 0
 
-    # -- the two kinds of failure -----------------------------------------------------------------
-    def deserialization_failed(self, exc: Exception, message: Message) -> None:
-        """A record that could not be deserialized: skipped or dead-lettered at once (its bytes will
-        not change), or, with no policy, ``exc`` raised."""
-        policy = self.policy
-        if policy is None:
-            raise exc
-        if isinstance(policy, Skip):
-            self._skip(message, exc, "deserialize")
-            return
-        self._dead_letter(policy, message, exc, "deserialize", attempts=1)
-
-    def handle(self, message: Message, handler: Callable[[Message], _T]) -> _T | None:
-        """``handler(message)`` under the policy: its result, or None once the record was skipped or
-        dead-lettered. The first attempt runs as it is (no cost on the happy path); retries wait,
-        with tenacity's jittered exponential backoff, inside the consumer's keepalive block."""
-        policy = self.policy
-        if policy is None:
-            return handler(message)
-        try:
-            return handler(message)
-        except Exception as first:  # noqa: BLE001 - the application's handler: the policy decides
-            if isinstance(policy, Skip):
-                self._skip(message, first, "process")
-                return None
-            failure: Exception = first
-        from tenacity import Retrying, stop_after_attempt, wait_exponential, wait_random
-
-        attempts = 1
-        if policy.retries:
-            retrying = Retrying(
-                stop=stop_after_attempt(policy.retries),
-                wait=wait_exponential(multiplier=policy.backoff, min=2 * policy.backoff, max=policy.max_backoff)
-                + wait_random(0, policy.backoff),
-                reraise=True,
-            )
-            try:
-                with self._keepalive():
-                    time.sleep(policy.backoff)  # tenacity waits between its own attempts, not before the first
-                    for attempt in retrying:
-                        with attempt:
-                            attempts += 1
-                            return handler(message)
-            except Exception as exc:  # noqa: BLE001 - as above: the last attempt's error is dead-lettered
-                failure = exc
-        self._dead_letter(policy, message, failure, "process", attempts=attempts)
-        return None
-
-    # -- outcomes --------------------------------------------------------------------------------
-    def _skip(self, message: Message, exc: Exception, stage: str) -> None:
-        self.skipped += 1
-        self._counted("skipped", stage)
-        logger.warning(
-            "skipped a record that failed to %s: %s [%s] at offset %s (%s)",
-            stage,
-            message.topic(),
-            message.partition(),
-            message.offset(),
-            _class_name(exc),
-        )
-
-    def _dead_letter(self, policy: DeadLetter, message: Message, exc: Exception, stage: str, *, attempts: int) -> None:
-        try:
-            self._write(policy, message, exc, stage, attempts)
-        except Exception as failed:
-            self._give_back(message)
-            raise DeadLetterError(
-                f"could not write the record {message.topic()} [{message.partition()}] at offset {message.offset()} "
-                f"to dead-letter topic {policy.topic!r} ({failed}); nothing was stored for it: it is delivered again"
-            ) from failed
-        self.dead_lettered += 1
-        self._counted("dead_lettered", stage)
-        logger.warning(
-            "dead-lettered a record that failed to %s: %s [%s] at offset %s (%s) -> %s",
-            stage,
-            message.topic(),
-            message.partition(),
-            message.offset(),
-            _class_name(exc),
-            policy.topic,
-        )
-        self._check_limit(policy)
-
-    def _write(self, policy: DeadLetter, message: Message, exc: Exception, stage: str, attempts: int) -> None:
+    def write(self, policy: DeadLetter, message: Message, exc: Exception, stage: str, attempts: int) -> None:
         """Produce the original record to the dead-letter topic and wait for the broker's acknowledgement."""
         producer = self._producer
         if producer is None:
@@ -284,6 +184,142 @@ class PoisonHandler:
         if outcome[0] is not None:
             raise RuntimeError(str(outcome[0]))
 
+    def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(5.0)
+
+
+class PoisonHandler:
+    """One consumer's poison policy at work.
+
+    Called by the facade's ``handle()`` and by ``SafeDeserializingConsumer.poll()`` on the
+    application's thread. It reaches the rest of the consumer only through what it was built with:
+    ``writer`` (the dead-letter producer), ``give_back`` (the table takes back the record and what
+    was handed out after it), ``keepalive`` (the keepalive block, around retries), ``fail`` (the
+    fatal stop), ``counted`` (telemetry) and ``owns`` (whether the record's partition is still ours).
+    """
+
+    def __init__(
+        self,
+        policy: PoisonPolicy,
+        *,
+        group_id: str,
+        writer: DeadLetterWriter,
+        give_back: Callable[[Message], None],
+        keepalive: Callable[[], contextlib.AbstractContextManager[None]],
+        fail: Callable[[FatalConsumerError, KafkaError], None],
+        counted: Callable[[str, str], None],
+        owns: Callable[[Message], bool],
+    ) -> None:
+        self.policy = policy
+        self._group_id = group_id
+        self._writer = writer
+        self._give_back = give_back
+        self._keepalive = keepalive
+        self._fail = fail
+        self._counted = counted
+        self._owns = owns
+        self._recent: deque[float] = deque()  # monotonic times of recent dead-letter writes
+        #: Records skipped and dead-lettered so far.
+        self.skipped = 0
+        self.dead_lettered = 0
+
+    # -- the two kinds of failure -----------------------------------------------------------------
+    def deserialization_failed(self, exc: Exception, message: Message) -> None:
+        """A record that could not be deserialized: skipped or dead-lettered at once (its bytes will
+        not change), or, with no policy, ``exc`` raised."""
+        policy = self.policy
+        if policy is None:
+            raise exc
+        if isinstance(policy, Skip):
+            self._skip(message, exc, "deserialize")
+            return
+        self._dead_letter(policy, message, exc, "deserialize", attempts=1)
+
+    def handle(self, message: Message, handler: Callable[[Message], _T]) -> _T | None:
+        """``handler(message)`` under the policy: its result, or None once the record was skipped or
+        dead-lettered. The first attempt runs as it is (no cost on the happy path); retries wait,
+        with tenacity's jittered exponential backoff, inside the consumer's keepalive block. A
+        rebalance that takes the record's partition away ends the retries: the record is neither
+        dead-lettered nor stored here, its next owner reads it (None is returned)."""
+        policy = self.policy
+        if policy is None:
+            return handler(message)
+        try:
+            return handler(message)
+        except Exception as first:  # noqa: BLE001 - the application's handler: the policy decides
+            if isinstance(policy, Skip):
+                self._skip(message, first, "process")
+                return None
+            failure: Exception = first
+        from tenacity import Retrying, stop_after_attempt, stop_any, wait_exponential, wait_random
+
+        attempts = 1
+        if policy.retries:
+            retrying = Retrying(
+                stop=stop_any(stop_after_attempt(policy.retries), cast(Any, lambda _state: not self._owns(message))),
+                wait=wait_exponential(multiplier=policy.backoff, min=2 * policy.backoff, max=policy.max_backoff)
+                + wait_random(0, policy.backoff),
+                reraise=True,
+            )
+            try:
+                with self._keepalive():
+                    time.sleep(policy.backoff)  # tenacity waits between its own attempts, not before the first
+                    for attempt in retrying:
+                        with attempt:
+                            attempts += 1
+                            return handler(message)
+            except Exception as exc:  # noqa: BLE001 - as above: the last attempt's error is dead-lettered
+                failure = exc
+            if not self._owns(message):
+                logger.info(
+                    "stopped retrying %s [%s] at offset %s after %d attempt(s): the partition was revoked; "
+                    "its next owner reads the record",
+                    message.topic(),
+                    message.partition(),
+                    message.offset(),
+                    attempts,
+                )
+                return None
+        self._dead_letter(policy, message, failure, "process", attempts=attempts)
+        return None
+
+    # -- outcomes --------------------------------------------------------------------------------
+    def _skip(self, message: Message, exc: Exception, stage: str) -> None:
+        self.skipped += 1
+        self._counted("skipped", stage)
+        logger.warning(
+            "skipped a record that failed to %s: %s [%s] at offset %s (%s)",
+            stage,
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            _class_name(exc),
+        )
+
+    def _dead_letter(self, policy: DeadLetter, message: Message, exc: Exception, stage: str, *, attempts: int) -> None:
+        try:
+            self._writer.write(policy, message, exc, stage, attempts)
+        except Exception as failed:
+            self._give_back(message)
+            raise DeadLetterError(
+                f"could not write the record {message.topic()} [{message.partition()}] at offset {message.offset()} "
+                f"to dead-letter topic {policy.topic!r} ({failed}); nothing was stored for it: it is delivered again"
+            ) from failed
+        self.dead_lettered += 1
+        self._counted("dead_lettered", stage)
+        logger.warning(
+            "dead-lettered a record that failed to %s: %s [%s] at offset %s (%s) -> %s",
+            stage,
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            _class_name(exc),
+            policy.topic,
+        )
+        self._check_limit(policy)
+
     def _check_limit(self, policy: DeadLetter) -> None:
         limit = policy.max_dead_letters
         if limit is None:
@@ -302,10 +338,8 @@ class PoisonHandler:
             self._fail(PoisonLimitError(text, kafka_error=err, group_id=self._group_id), err)
 
     def close(self) -> None:
-        """Called by the lifecycle's close(): what the dead-letter producer still holds is flushed."""
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            producer.flush(5.0)
+        """Called by the facade's close(): what the dead-letter producer still holds is flushed."""
+        self._writer.close()
 
 
 def _class_name(exc: BaseException) -> str:
