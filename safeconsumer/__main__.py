@@ -1,4 +1,4 @@
-"""``python -m safeconsumer doctor ...`` (also the ``safeconsumer`` console script)."""
+"""``python -m safeconsumer doctor|dead-letters ...`` (also the ``safeconsumer`` console script)."""
 
 from __future__ import annotations
 

@@ -46,6 +46,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 
+from . import dead_letters
 from ._errors import is_auth_failure
 from ._health import admin_config, describe_group, enum_name
 from ._memory import FetchEstimate, FetchLimits, estimate, mib
@@ -558,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="watch the group's membership this long first (static membership finding; default 0: not watched)",
     )
     doctor.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
+    dead_letters.add_command(commands)
     return parser
 
 
@@ -611,6 +613,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.timeout <= 0:
         parser.error("--timeout must be positive")
+    if args.command == "dead-letters":
+        return dead_letters.run(args)
     config: dict[str, Any] = {}
     if args.consumer_config is not None:
         with args.consumer_config as f:
