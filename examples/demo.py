@@ -143,6 +143,58 @@ def kafka_python_topic_pause(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
     return f"{leaked} records of the paused topic delivered", leaked == 0
 
 
+# -- 1c. a poison record among 100 --------------------------------------------------------------
+def poison_record(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
+    """100 records, one of which the value deserializer refuses. Raw: DeserializingConsumer, and the
+    application catches the error and goes on (the usual loop). Ours: SafeDeserializingConsumer with
+    a dead-letter policy. Where does the poison record end up?"""
+    from confluent_kafka import DeserializingConsumer
+    from confluent_kafka.error import ValueDeserializationError
+
+    from safeconsumer import DeadLetter, SafeDeserializingConsumer
+
+    def strict(data: bytes | None, _ctx: Any) -> str:
+        if not data or not data.isdigit():
+            raise ValueError("not a number")
+        return data.decode()
+
+    topic, dlt, group = kit.create_topic(), kit.create_topic(), kit.name("g")
+    for i in range(100):
+        kit.producer.produce(topic, value=b"{not json" if i == 37 else str(i).encode(), partition=0)
+    kit.producer.flush(30)
+    conf = {**kit.consumer_conf(group, PROTOCOL), "value.deserializer": strict}
+    ours = make is SafeConsumer
+    c: Any = SafeDeserializingConsumer(conf, poison=DeadLetter(dlt)) if ours else DeserializingConsumer(conf)
+    c.subscribe([topic])
+    processed, caught = 0, 0
+    deadline = time.monotonic() + 45
+    while processed + caught < 100 and time.monotonic() < deadline:
+        try:
+            msg = c.poll(0.2)
+        except ValueDeserializationError:
+            caught += 1  # the usual application: log it and go on
+            continue
+        if msg is not None and msg.error() is None:
+            processed += 1
+    c.close()
+    committed = kit.committed(group, topic, 1)[0]
+    dead = Consumer({**kit.client_config, "group.id": kit.name("r"), "auto.offset.reset": "earliest"})
+    dead.assign([TopicPartition(dlt, 0, 0)])
+    found: list[Message] = []
+    while time.monotonic() < deadline + 10 and not found:
+        found += [m for m in dead.consume(10, 0.5) if m.error() is None]
+    dead.close()
+    if not ours:
+        return f"{processed} processed; the poison record raised, was caught and is gone (committed {committed})", False
+    headers: dict[str, Any] = dict(found[0].headers() or []) if found else {}
+    where = bytes(headers.get("safeconsumer.dlt.original.offset", b"?")).decode()
+    ok = processed == 99 and committed == 100 and len(found) == 1
+    return (
+        f"{processed} processed; the poison record (offset {where}) in the dead-letter topic; committed {committed}",
+        ok,
+    )
+
+
 # -- 2. stale pause after revoke and re-assign ---------------------------------------------------
 def stale_pause(kit: KafkaTestKit, make: Make) -> tuple[str, bool]:
     """A pauses both partitions; B joins (takes M) and leaves; A resumes the one it kept. Is M consumed?"""
@@ -438,6 +490,7 @@ SCENARIOS: list[tuple[str, Callable[[KafkaTestKit, Make], tuple[str, bool]]]] = 
     ("topic paused, then a rebalance", topic_pause_across_rebalance),
     ("kafka-python API (raw column: kafka.KafkaConsumer): topic paused, then a rebalance", kafka_python_topic_pause),
     ("stale pause after revoke/re-assign", stale_pause),
+    ("one poison record among 100 (raw column: DeserializingConsumer)", poison_record),
     ("paused partition's records after rebalance", paused_records_after_rebalance),
     ("processing > max.poll.interval.ms", long_processing),
     ("process dies while working on a consume() batch (auto-commit defaults)", dies_mid_batch),
