@@ -38,6 +38,7 @@ from ._config import redact_config
 from ._consumer import SafeConsumer, delivery_stats
 from ._errors import FatalConsumerError, SafeConsumerError
 from ._keys import Key
+from ._poison import DeadLetter, Skip
 
 __all__ = ["ConsumeTask", "SparkConsumerFatalError", "TaskFigures", "run_consumer_tasks"]
 
@@ -122,6 +123,10 @@ class ConsumeTask:
         next run started within ``session.timeout.ms`` then takes its place back without a
         rebalance, and a task that ends does not rebalance the others. Spark partition ids
         are the same in every run of the job; use one prefix per job and group.
+    :param poison: the consumer's poison policy (``Skip()`` or ``DeadLetter(...)``, see
+        docs/poison-records.md): a batch the sink refuses is handed to the sink again one record at
+        a time, and each record it still refuses is skipped or dead-lettered; the job succeeds. ``None``
+        (default): the sink's exception fails the task, as before.
     """
 
     conf: Mapping[str, Any]
@@ -133,11 +138,26 @@ class ConsumeTask:
     max_seconds: float | None = 300.0
     idle_seconds: float = 15.0
     instance_ids: str | None = None
+    poison: Skip | DeadLetter | None = None
     figures: Any = field(default=None, compare=False)
     """The run's accumulator, set by :func:`run_consumer_tasks`."""
 
     def __repr__(self) -> str:
         return f"ConsumeTask(conf={redact_config(self.conf)!r}, topics={list(self.topics)!r})"
+
+    def _sink(self, consumer: SafeConsumer, batch: list[Message]) -> None:
+        """The sink on one batch. With a poison policy, a batch the sink refuses goes again one record
+        at a time through ``consumer.handle()``: the records that fail are skipped or dead-lettered,
+        the others reach the sink (a second time, for those it wrote before it failed: at least once)."""
+        if self.poison is None:
+            self.sink(batch)
+            return
+        try:
+            self.sink(batch)
+        except Exception:  # noqa: BLE001 - the policy decides, record by record
+            logger.warning("the sink refused a batch of %d record(s); handling them one at a time", len(batch))
+            for msg in batch:
+                consumer.handle(msg, lambda record: self.sink([record]))
 
     def validate(self) -> None:
         """Check everything that can be checked on the driver; raise ValueError/TypeError naming it."""
@@ -197,7 +217,7 @@ class ConsumeTask:
             if index is None:
                 raise ValueError("ConsumeTask with instance_ids runs inside a Spark task, or takes run(index)")
             conf["group.instance.id"] = f"{self.instance_ids}-{index}"
-        consumer = SafeConsumer(conf)
+        consumer = SafeConsumer(conf, poison=self.poison)
 
         generations: list[int] = []
 
@@ -245,7 +265,7 @@ class ConsumeTask:
                         break
                     continue
                 idle_since = time.monotonic()
-                self.sink(batch)
+                self._sink(consumer, batch)
                 offsets: dict[Key, int] = {}
                 for m in batch:
                     key = (m.topic() or "", m.partition() or 0)

@@ -172,3 +172,18 @@ def check_n_in_exactly_n_processed_then_nothing(spark: Any, kafka: KafkaTestKit,
 
     second = run_pipeline(spark, kafka.bootstrap_servers, topic, group, out_dir, tasks=2, client_config=conn)
     assert second.records == 0 and len(processed(out_dir)) == n, "the second run processed records again"
+
+
+class RefusingSink:
+    """A Spark sink (picklable, runs in Spark's Python workers) that writes as ``FileSink`` does and
+    refuses any batch holding a record whose value is ``b"poison"``."""
+
+    def __init__(self, directory: str) -> None:
+        from examples.spark_pipeline import FileSink
+
+        self.files = FileSink(directory)
+
+    def __call__(self, records: list[Message]) -> None:
+        if any(m.value() == b"poison" for m in records):
+            raise ValueError("the sink refuses this record")
+        self.files(records)

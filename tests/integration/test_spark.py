@@ -95,3 +95,38 @@ def test_stable_instance_ids_let_the_next_run_take_its_places_back(
     two = run_pipeline(spark, kafka.bootstrap_servers, topic, dynamic, str(tmp_path / "dynamic"))
     assert one.records == 1200 and two.records == 400
     assert max(two.generations) > max(one.generations), (one, two)
+
+
+def test_a_poison_record_is_dead_lettered_and_the_job_succeeds(kafka: KafkaTestKit, spark: Any, tmp_path: Path) -> None:
+    from safeconsumer import DeadLetter
+
+    from ..support import RefusingSink
+
+    topic, dlq, group = kafka.create_topic(partitions=2), kafka.create_topic(), kafka.name("g")
+    for i in range(100):
+        kafka.producer.produce(topic, value=b"poison" if i == 42 else str(i).encode(), partition=i % 2)
+    assert kafka.producer.flush(30) == 0
+    conf = {"bootstrap.servers": kafka.bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest"}
+    out = str(tmp_path / "out")
+    Path(out).mkdir()
+    task = ConsumeTask(conf, [topic], sink=RefusingSink(out), batch_size=50, max_seconds=120, poison=DeadLetter(dlq))
+    figures = run_consumer_tasks(spark, task, tasks=2)
+    assert figures.records == 100
+    rows = processed(out)
+    assert len({(p, o) for _, p, o in rows}) == 99 and (0, 21) not in {(p, o) for _, p, o in rows}
+    assert kafka.committed(group, topic, 2) == {0: 50, 1: 50}
+    assert kafka.end_offsets(dlq) == {0: 1}, "the poison record is in the dead-letter topic"
+
+
+def test_without_a_policy_a_poison_record_fails_the_job(kafka: KafkaTestKit, spark: Any, tmp_path: Path) -> None:
+    from ..support import RefusingSink
+
+    topic, group = kafka.create_topic(), kafka.name("g")
+    for value in (b"0", b"poison", b"2"):
+        kafka.producer.produce(topic, value=value, partition=0)
+    assert kafka.producer.flush(30) == 0
+    conf = {"bootstrap.servers": kafka.bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest"}
+    task = ConsumeTask(conf, [topic], sink=RefusingSink(str(tmp_path)), max_seconds=60)
+    with pytest.raises(Exception, match="the sink refuses this record"):
+        run_consumer_tasks(spark, task, tasks=1)
+    assert kafka.committed(group, topic, 1) == {0: -1001}, "nothing committed past the record the sink refused"
