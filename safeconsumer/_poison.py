@@ -38,11 +38,13 @@ header                                 value (UTF-8)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -249,41 +251,94 @@ class PoisonHandler:
         try:
             return handler(message)
         except Exception as first:  # noqa: BLE001 - the application's handler: the policy decides
-            if isinstance(policy, Skip):
-                self._skip(message, first, "process")
-                return None
             failure: Exception = first
-        from tenacity import Retrying, stop_after_attempt, stop_any, wait_exponential, wait_random
-
+        if not isinstance(policy, DeadLetter):
+            self._skip(message, failure, "process")
+            return None
         attempts = 1
         if policy.retries:
-            retrying = Retrying(
-                stop=stop_any(stop_after_attempt(policy.retries), cast(Any, lambda _state: not self._owns(message))),
-                wait=wait_exponential(multiplier=policy.backoff, min=2 * policy.backoff, max=policy.max_backoff)
-                + wait_random(0, policy.backoff),
-                reraise=True,
-            )
+            from tenacity import Retrying
+
             try:
                 with self._keepalive():
                     time.sleep(policy.backoff)  # tenacity waits between its own attempts, not before the first
-                    for attempt in retrying:
+                    for attempt in Retrying(**self._retry_plan(policy, message)):
                         with attempt:
                             attempts += 1
                             return handler(message)
             except Exception as exc:  # noqa: BLE001 - as above: the last attempt's error is dead-lettered
                 failure = exc
-            if not self._owns(message):
-                logger.info(
-                    "stopped retrying %s [%s] at offset %s after %d attempt(s): the partition was revoked; "
-                    "its next owner reads the record",
-                    message.topic(),
-                    message.partition(),
-                    message.offset(),
-                    attempts,
-                )
+            if self._revoked(message, attempts):
                 return None
         self._dead_letter(policy, message, failure, "process", attempts=attempts)
         return None
+
+    async def handle_async(
+        self,
+        message: Message,
+        handler: Callable[[Message], Any],
+        *,
+        keepalive: Callable[[], contextlib.AbstractAsyncContextManager[None]],
+        run: Callable[[Callable[[], None]], Awaitable[None]],
+    ) -> Any:
+        """:meth:`handle` for asyncio (``SafeAIOConsumer.handle``): ``handler`` may be a coroutine
+        function; retries wait with ``asyncio.sleep`` inside ``keepalive()`` (the consumer's ``async
+        with`` block); the dead-letter write, which blocks until acknowledged, goes through ``run``
+        (the consumer's executor), so the event loop never waits on the broker."""
+        policy = self.policy
+        if policy is None:
+            return await _awaited(handler(message))
+        try:
+            return await _awaited(handler(message))
+        except Exception as first:  # noqa: BLE001 - the application's handler: the policy decides
+            failure: Exception = first
+        if not isinstance(policy, DeadLetter):
+            self._skip(message, failure, "process")
+            return None
+        attempts = 1
+        if policy.retries:
+            from tenacity import AsyncRetrying
+
+            try:
+                async with keepalive():
+                    await asyncio.sleep(policy.backoff)
+                    async for attempt in AsyncRetrying(**self._retry_plan(policy, message)):
+                        with attempt:
+                            attempts += 1
+                            return await _awaited(handler(message))
+            except Exception as exc:  # noqa: BLE001 - as above
+                failure = exc
+            if self._revoked(message, attempts):
+                return None
+        final = failure
+        await run(lambda: self._dead_letter(policy, message, final, "process", attempts=attempts))
+        return None
+
+    def _retry_plan(self, policy: DeadLetter, message: Message) -> dict[str, Any]:
+        """tenacity's arguments for the retries after the first failure: at most ``policy.retries``
+        attempts, none once the record's partition left, jittered exponential waits."""
+        from tenacity import stop_after_attempt, stop_any, wait_exponential, wait_random
+
+        return {
+            "stop": stop_any(stop_after_attempt(policy.retries), cast(Any, lambda _state: not self._owns(message))),
+            "wait": wait_exponential(multiplier=policy.backoff, min=2 * policy.backoff, max=policy.max_backoff)
+            + wait_random(0, policy.backoff),
+            "reraise": True,
+        }
+
+    def _revoked(self, message: Message, attempts: int) -> bool:
+        """Whether the retries ended because the record's partition left this consumer (logged)."""
+        if self._owns(message):
+            return False
+        logger.info(
+            "stopped retrying %s [%s] at offset %s after %d attempt(s): the partition was revoked; "
+            "its next owner reads the record",
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            attempts,
+        )
+        return True
 
     # -- outcomes --------------------------------------------------------------------------------
     def _skip(self, message: Message, exc: Exception, stage: str) -> None:
@@ -340,6 +395,11 @@ class PoisonHandler:
     def close(self) -> None:
         """Called by the facade's close(): what the dead-letter producer still holds is flushed."""
         self._writer.close()
+
+
+async def _awaited(result: Any) -> Any:
+    """A handler's result: awaited when it is awaitable (a coroutine function's), else as it is."""
+    return await result if inspect.isawaitable(result) else result
 
 
 def _class_name(exc: BaseException) -> str:

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Message, TopicPartition
 
-from ._consumer import SafeConsumer, async_link
+from ._consumer import SafeConsumer, async_link, poison_handler
 from ._errors import consumer_closed
 from ._partitions import Receipt
 from ._pause import PauseState
@@ -421,6 +421,16 @@ class SafeAIOConsumer:
         """``async with consumer.keepalive(): await long_work()``: stays in the group, no records."""
         self._check_open("keepalive")
         return _Keepalive(self._run, self._consumer)
+
+    async def handle(self, message: Message, handler: Callable[[Message], Any]) -> Any:
+        """``await consumer.handle(msg, handler)``: the handler (a coroutine function, or a plain one)
+        under the consumer's poison policy, as :meth:`SafeConsumer.handle`: its result, or None once
+        the record was skipped or dead-lettered. Retries wait inside ``async with keepalive()``; the
+        dead-letter write runs off the event loop."""
+        self._check_open("handle")
+        return await poison_handler(self._consumer).handle_async(
+            message, handler, keepalive=self.keepalive, run=self._run
+        )
 
     def process(self, message: Message) -> Any:
         """``with consumer.process(msg): ...``: the processing span (no call into librdkafka)."""

@@ -397,3 +397,41 @@ def test_the_dead_letters_tool_lists_and_replays(kafka: KafkaTestKit, capsys: py
     assert dict(replayed.headers() or []) == {"origin": b"test"}, "the original headers, not ours"
     assert main([*base, "--replay", "0:7"]) == 2
     assert main(["dead-letters", "--bootstrap-servers", kafka.bootstrap_servers, "--topic", kafka.name("none")]) == 2
+
+
+def test_safe_aio_consumer_handles_with_a_coroutine_handler(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    import asyncio
+
+    from safeconsumer.aio import SafeAIOConsumer
+
+    topic, dlq, group = kafka.create_topic(), kafka.create_topic(), kafka.name("g")
+    produce(kafka, topic, [b"0", b"flaky", b"bad", b"3"])
+    tries: dict[bytes, int] = {}
+
+    async def handler(msg: Message) -> str:
+        await asyncio.sleep(0)
+        value = msg.value() or b""
+        tries[value] = tries.get(value, 0) + 1
+        if value == b"bad" or (value == b"flaky" and tries[value] < 2):
+            raise RuntimeError("cannot handle it")
+        return value.decode()
+
+    async def main() -> list[Any]:
+        c = SafeAIOConsumer(kafka.consumer_conf(group, protocol), poison=DeadLetter(dlq, retries=2, backoff=0.05))
+        await c.subscribe([topic])
+        results: list[Any] = []
+        try:
+            async with asyncio.timeout(45):
+                while len(results) < 4:
+                    msg = await c.poll(0.2)
+                    if msg is not None and msg.error() is None:
+                        results.append(await c.handle(msg, handler))
+        finally:
+            await c.close()
+        return results
+
+    assert asyncio.run(main()) == ["0", "flaky", None, "3"]
+    assert tries == {b"0": 1, b"flaky": 2, b"bad": 3, b"3": 1}
+    [dead] = read_all(kafka, dlq, 1)
+    assert dead.value() == b"bad" and dict(dead.headers() or [])["safeconsumer.dlt.attempts"] == b"3"
+    assert kafka.committed(group, topic, 1) == {0: 4}
