@@ -273,7 +273,9 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
         keepalive=keeper.block,
         fail=life.fail,
         counted=telemetry.poisoned,
-        owns=lambda msg: (msg.topic(), msg.partition()) in table.owned,
+        # Owned, or revoked by an eager rebalance that may still give it back (limbo): only a
+        # partition that left for good ends the retries (its next owner then reads the record).
+        owns=lambda msg: (msg.topic(), msg.partition()) in table.owned or (msg.topic(), msg.partition()) in table.limbo,
     )
     return Parts(
         lock, life, ledger, table, client, gate, telemetry, explainer, rebalancer, reader, offsets, keeper, poison

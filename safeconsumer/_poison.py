@@ -199,7 +199,8 @@ class PoisonHandler:
     application's thread. It reaches the rest of the consumer only through what it was built with:
     ``writer`` (the dead-letter producer), ``give_back`` (the table takes back the record and what
     was handed out after it), ``keepalive`` (the keepalive block, around retries), ``fail`` (the
-    fatal stop), ``counted`` (telemetry) and ``owns`` (whether the record's partition is still ours).
+    fatal stop), ``counted`` (telemetry) and ``owns`` (whether the record's partition is still ours,
+    or may come back: an eager rebalance revokes everything first).
     """
 
     def __init__(

@@ -72,6 +72,11 @@ def poll_values(c: Any, n: int, *, timeout: float = 45) -> list[Any]:
     return out
 
 
+def _origin(dead: Message) -> tuple[int, int]:
+    headers: dict[str, Any] = dict(dead.headers() or [])
+    return int(headers["safeconsumer.dlt.original.partition"]), int(headers["safeconsumer.dlt.original.offset"])
+
+
 def _at_least(items: list[Any], n: int) -> bool:
     return len(items) >= n
 
@@ -435,3 +440,70 @@ def test_safe_aio_consumer_handles_with_a_coroutine_handler(kafka: KafkaTestKit,
     [dead] = read_all(kafka, dlq, 1)
     assert dead.value() == b"bad" and dict(dead.headers() or [])["safeconsumer.dlt.attempts"] == b"3"
     assert kafka.committed(group, topic, 1) == {0: 4}
+
+
+def test_a_rebalance_mid_retry_ends_the_retries_and_the_new_owner_gets_the_record(
+    kafka: KafkaTestKit, protocol: Protocol, closing: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A retries a record of one of its two partitions while B joins; the group splits them. If the
+    record's partition moved, A stops retrying and B dead-letters it; otherwise A dead-letters it and
+    B the other one. Either way each failing record is in the dead-letter topic exactly once and every
+    other record is processed."""
+    import threading
+
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    topic, dlq, group = kafka.create_topic(partitions=2), kafka.create_topic(), kafka.name("g")
+    for p in (0, 1):
+        for value in (b"bad", b"1", b"2"):
+            kafka.producer.produce(topic, value=value, partition=p)
+    assert kafka.producer.flush(30) == 0
+    conf = kafka.consumer_conf(group, protocol, max_poll_interval_ms=6000)  # the keeper polls every 4.5 s
+    processed: list[tuple[str, int, int]] = []
+    retried: list[Message] = []
+
+    def fail_bad(msg: Message) -> str:
+        if msg.value() == b"bad":
+            retried.append(msg)
+            raise RuntimeError("bad record")
+        processed.append((threading.current_thread().name, msg.partition() or 0, msg.offset() or 0))
+        return "ok"
+
+    a = SafeConsumer(conf, poison=DeadLetter(dlq, retries=40, backoff=0.1, max_backoff=0.25))
+    b = SafeConsumer(conf, poison=DeadLetter(dlq, retries=0))
+    closing.extend([a, b])
+    a.subscribe([topic])
+    wait_until(lambda: len(a.assignment()) == 2, timeout=45, what="A owns both", step=lambda: a.poll(0) and None)
+    stop = threading.Event()
+
+    def run_b() -> None:
+        b.subscribe([topic])
+        while not stop.is_set():
+            msg = b.poll(0.2)
+            if msg is not None and msg.error() is None:
+                b.handle(msg, fail_bad)
+
+    first: list[Message] = []
+
+    def step() -> None:
+        msg = a.poll(0.2)
+        if msg is None or msg.error() is not None:
+            return
+        if msg.value() == b"bad" and not first:
+            first.append(msg)
+            threading.Thread(target=run_b, name="B", daemon=True).start()
+        a.handle(msg, fail_bad)
+
+    try:
+        wait_until(lambda: len(processed) >= 4, timeout=90, what="the 4 good records", step=step)
+    finally:
+        stop.set()
+    assert kafka.end_offsets(dlq) == {0: 2}, f"dead-lettered: {kafka.end_offsets(dlq)}; processed {processed}"
+    origins = sorted(_origin(m) for m in read_all(kafka, dlq, 2))
+    assert origins == [(0, 0), (1, 0)], "each failing record dead-lettered exactly once"
+    assert sorted((p, o) for _, p, o in processed) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    moved = first[0].partition() in {tp.partition for tp in b.assignment()}
+    stopped = [r for r in caplog.records if "stopped retrying" in r.getMessage()]
+    if moved:
+        assert stopped, "A kept retrying a record of a partition it no longer owned"
+    else:
+        assert not stopped
