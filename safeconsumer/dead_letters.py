@@ -26,6 +26,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
+from ._cli import config_pair
 from ._poison import HEADER_PREFIX
 
 __all__ = ["DeadRecord", "add_command", "read_dead_letters", "replay", "run"]
@@ -161,7 +162,13 @@ def add_command(commands: Any) -> None:
     parser.add_argument("--topic", required=True, help="the dead-letter topic")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
-        "-X", dest="config", action="append", type=_pair, default=[], metavar="KEY=VALUE", help="a librdkafka setting"
+        "-X",
+        dest="config",
+        action="append",
+        type=config_pair,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka setting",
     )
     parser.add_argument(
         "--replay",
@@ -169,13 +176,6 @@ def add_command(commands: Any) -> None:
         help="produce these records (or all) back to their original topic",
     )
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
-
-
-def _pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    return key.strip(), value.strip()
 
 
 def _chosen(spec: str, records: list[tuple[DeadRecord, Message]]) -> list[tuple[DeadRecord, Message]]:

@@ -47,6 +47,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 
 from . import dead_letters
+from ._cli import config_pair
 from ._errors import is_auth_failure
 from ._health import admin_config, describe_group, enum_name
 from ._memory import FetchEstimate, FetchLimits, estimate, mib
@@ -501,13 +502,6 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _config_pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    return key.strip(), value.strip()
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="safeconsumer", description="safeconsumer's command line tools.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -524,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-X",
         dest="config",
         action="append",
-        type=_config_pair,
+        type=config_pair,
         default=[],
         metavar="KEY=VALUE",
         help="a librdkafka setting, as kcat's -X: for the connection (security, ...) and as part of the "
