@@ -23,7 +23,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import confluent_kafka
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, Message
@@ -42,6 +42,10 @@ from .._poison import DeadLetterError, PoisonPolicy
 from .._retry import CommitRetry
 from ._config import judge
 from ._convert import deserializer, kafka_error, record, to_confluent, to_kafka
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["KafkaConsumer"]
 
@@ -107,6 +111,8 @@ class KafkaConsumer:
         keepalive_max: float | None = None,
         on_fatal: FatalPolicy = "raise",
         commit_retry: CommitRetry | None = _DEFAULT_COMMIT_RETRY,
+        meter_provider: MeterProvider | None = None,
+        tracer_provider: TracerProvider | None = None,
         explain_rebalances: bool = True,
         fetch_memory_budget: int | None = None,
         auth_failure_timeout: float | None = 10.0,
@@ -134,6 +140,8 @@ class KafkaConsumer:
             keepalive_max=keepalive_max,
             on_fatal=on_fatal,
             commit_retry=commit_retry,
+            meter_provider=meter_provider,
+            tracer_provider=tracer_provider,
             explain_rebalances=explain_rebalances,
             fetch_memory_budget=fetch_memory_budget,
             auth_failure_timeout=auth_failure_timeout,

@@ -507,3 +507,32 @@ def test_a_rebalance_mid_retry_ends_the_retries_and_the_new_owner_gets_the_recor
         assert stopped, "A kept retrying a record of a partition it no longer owned"
     else:
         assert not stopped
+
+
+def test_skip_a_processing_failure(
+    kafka: KafkaTestKit, protocol: Protocol, closing: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="safeconsumer")
+    topic, group = kafka.create_topic(), kafka.name("g")
+    produce(kafka, topic, [b"0", b"bad", b"2"])
+
+    def handler(msg: Message) -> str:
+        if msg.value() == b"bad":
+            raise KeyError("missing field")
+        return "ok"
+
+    c = SafeConsumer(kafka.consumer_conf(group, protocol), poison=Skip())
+    closing.append(c)
+    c.subscribe([topic])
+    results: list[Any] = []
+
+    def step() -> None:
+        msg = c.poll(0.2)
+        if msg is not None and msg.error() is None:
+            results.append(c.handle(msg, handler))
+
+    wait_until(lambda: len(results) >= 3, timeout=45, what="3 records", step=step)
+    assert results == ["ok", None, "ok"]
+    c.close()
+    assert f"failed to process: {topic} [0] at offset 1 (KeyError)" in caplog.text
+    assert kafka.committed(group, topic, 1) == {0: 3}

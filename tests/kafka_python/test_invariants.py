@@ -319,3 +319,72 @@ def test_a_record_the_deserializer_refuses_is_dead_lettered_through_this_api(
         reader.close()
     assert dead[0].value() == b"poison"
     assert dict(dead[0].headers())["safeconsumer.dlt.original.offset"] == b"2"
+
+
+def test_keepalive_through_this_api_keeps_a_busy_member_in_its_group(
+    kafka: KafkaTestKit, protocol: Protocol, members: list[KafkaConsumer]
+) -> None:
+    """I5: work three times longer than max_poll_interval_ms inside keepalive(); the peer sees no rebalance."""
+    import time
+
+    topic, group = kafka.create_topic(partitions=2), kafka.name("g")
+    kafka.produce(topic, 40, partitions=2)
+    short: dict[str, Any] = {"max_poll_interval_ms": 3000}
+    if protocol != "consumer":
+        short.update(session_timeout_ms=3000, heartbeat_interval_ms=300)
+    seen: list[str] = []
+
+    class Watch(ConsumerRebalanceListener):  # type: ignore[misc]
+        def on_partitions_revoked(self, revoked: set[Any]) -> None:
+            seen.append("revoked")
+
+        def on_partitions_assigned(self, assigned: set[Any]) -> None:
+            seen.append("assigned")
+
+    a, b = member(kafka, group, protocol, **short), member(kafka, group, protocol, **short)
+    members.extend([a, b])
+    a.subscribe([topic])
+    b.subscribe([topic], listener=Watch())
+    got: dict[int, list[Any]] = {}
+    drain([a, b], got, until=lambda: len(got.get(0, [])) + len(got.get(1, [])) >= 40, timeout=45, what="40 records")
+    drain([a, b], got, until=lambda: len(a.assignment()) == 1 == len(b.assignment()), timeout=45, what="a split")
+    before, mine = list(seen), a.assignment()
+
+    def work() -> None:
+        with a.keepalive():
+            time.sleep(10)  # the long work itself, 3 x max_poll_interval_ms
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    while worker.is_alive():
+        for batch in b.poll(timeout_ms=100).values():
+            got.setdefault(1, []).extend(batch)
+    worker.join()
+    drain([a, b], got, until=lambda: True, timeout=5, what="one more poll each")
+    assert seen == before, f"the peer saw a rebalance while A worked: {seen[len(before) :]}"
+    assert a.assignment() == mine
+
+
+def test_telemetry_through_this_api(kafka: KafkaTestKit, protocol: Protocol, members: list[KafkaConsumer]) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    topic = kafka.create_topic()
+    kafka.produce(topic, 10, partitions=1)
+    reader = InMemoryMetricReader()
+    c = member(kafka, kafka.name("g"), protocol, meter_provider=MeterProvider(metric_readers=[reader]))
+    members.append(c)
+    c.subscribe([topic])
+    got: dict[int, list[Any]] = {}
+    drain([c], got, until=lambda: len(got.get(0, [])) >= 10, timeout=30, what="10 records")
+    c.poll(timeout_ms=0)  # come back after them
+    data = reader.get_metrics_data()
+    assert data is not None
+    values = {
+        m.name: sum(p.value for p in m.data.data_points)  # type: ignore[union-attr,misc]
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert values.get("safeconsumer.rebalances", 0) >= 1
+    assert values.get("messaging.client.consumed.messages", 0) >= 10

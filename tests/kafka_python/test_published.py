@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .published import run
+
+# Two runs of kafka-python's pure-Python client (its test_group starts four consumer threads) take
+# both cores for a minute: alone, after the parallel phase, so they starve no timing-sensitive test.
+pytestmark = pytest.mark.serial
 
 #: Published tests that read kafka-python's internals or test its pure-Python machinery.
 DIFFERENCES = {
