@@ -60,4 +60,4 @@ def test_demo_rows_hold_for_safeconsumer(
     full = kafka_broker_factory({"group.max.size": "2", "group.consumer.max.size": "2"})
     rows = demo.run(kafka.bootstrap_servers, full.bootstrap_servers, secured_broker)
     assert [r.scenario for r in rows if not r.safe_ok] == [], demo._table(rows)
-    assert len(rows) == 9
+    assert len(rows) == len(demo.SCENARIOS) + 2  # the scenarios, GROUP_MAX_SIZE_REACHED, the wrong password
