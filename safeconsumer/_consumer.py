@@ -61,6 +61,12 @@ _OPEN = State.OPEN
 
 _DEFAULT_COMMIT_RETRY = CommitRetry()
 
+#: poll()'s and consume()'s default timeout (for ever), and consume()'s default num_messages (1): a
+#: call that passed none is told by these very objects (``timeout`` is positional-only there, so
+#: ``poll(timeout=1)`` arrives in ``kwargs``, as written).
+_FOREVER = float(-1)
+_ONE = float(1)
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 _R = TypeVar("_R")
 
@@ -226,31 +232,38 @@ class SafeConsumer(DeprecatedNames, Consumer):
             self._rebalancer.unsubscribed()
 
     # -- consuming -----------------------------------------------------------------------
-    def poll(self, *args: Any, **kwargs: Any) -> Message | None:
+    def poll(self, timeout: Any = _FOREVER, /, *args: Any, **kwargs: Any) -> Message | None:
         """``poll(timeout=-1)``: one record or error event, or None when ``timeout`` seconds pass."""
-        # The arguments are taken as given: a call upstream would refuse reaches it as written.
-        if kwargs or len(args) > 1:
-            return self._poll_unusual(args, kwargs)
-        timeout = args[0] if args else -1
         # The fast lane: records of a batch wholly deliverable when it arrived. Whatever could change
         # that (rebalance, pause, park, seek, close) first takes the lane back under the lock; an
         # atomic pop here beat it or finds the lane empty. The deadline keeps calls reaching librdkafka.
         lane = self._lane
-        if lane and timeout.__class__ in _TIMEOUT_TYPES and _monotonic() < self._reader.lane_until:
+        if (
+            lane
+            and not args
+            and not kwargs
+            and timeout.__class__ in _TIMEOUT_TYPES
+            and _monotonic() < self._reader.lane_until
+        ):
             try:
                 return lane.popleft()
             except IndexError:
                 pass
+        # The arguments are taken as given: a call upstream would refuse reaches it as written
+        # (``timeout`` is positional-only here, so ``poll(timeout=1)`` arrives in ``kwargs``).
+        if args or kwargs:
+            return self._poll_unusual(args if timeout is _FOREVER else (timeout, *args), kwargs)
         life = self._life
         if life.state is _CLOSED or timeout.__class__ not in _TIMEOUT_TYPES:
             # Stopped, or a timeout upstream may refuse: upstream's own poll() answers first.
-            return self._poll_unusual(args, kwargs)
+            return self._poll_unusual(() if timeout is _FOREVER else (timeout,), {})
         # acquire/release, not ``with``: the context-manager protocol costs as much as the lock.
         lock = self._lock
         lock.acquire()
         try:
             if life.state is _CLOSED:  # closed meanwhile, by another thread
-                return cast("Message | None", self._stopped(Consumer.poll, "poll", timeout))
+                given = () if timeout is _FOREVER else (timeout,)
+                return cast("Message | None", self._stopped(Consumer.poll, "poll", *given))
             keeper = self._keeper
             if keeper.auto_parked or not keeper.app_active:
                 keeper.app_is_back()
@@ -266,13 +279,25 @@ class SafeConsumer(DeprecatedNames, Consumer):
         # poll() calls no Python method either).
         return SafeConsumer.poll(self, poll_timeout(self, args, kwargs))
 
-    def consume(self, *args: Any, **kwargs: Any) -> list[Message]:
+    def consume(self, num_messages: Any = _ONE, timeout: Any = _FOREVER, /, *args: Any, **kwargs: Any) -> list[Message]:
         """``consume(num_messages=1, timeout=-1)``: up to ``num_messages`` records and error events."""
+        if (
+            num_messages.__class__ is int
+            and timeout.__class__ in _TIMEOUT_TYPES
+            and not args
+            and not kwargs
+            and 0 <= num_messages <= 1_000_000
+            and self._life.state is not _CLOSED
+        ):
+            return self._consume(num_messages, cast(float, timeout))  # consume(n, t), the usual call
         # The arguments are taken as given (see poll()); upstream judges any it would refuse.
-        life = self._life
-        if life.state is _CLOSED:
-            return cast("list[Message]", self._stopped(Consumer.consume, "consume", *args, **kwargs))
-        num_messages, timeout = consume_arguments(self, args, kwargs)
+        if timeout is not _FOREVER:
+            given: tuple[Any, ...] = (num_messages, timeout, *args)
+        else:
+            given = () if num_messages is _ONE else (num_messages,)
+        if self._life.state is _CLOSED:
+            return cast("list[Message]", self._stopped(Consumer.consume, "consume", *given, **kwargs))
+        num_messages, timeout = consume_arguments(self, given, kwargs)
         return self._consume(num_messages, timeout)
 
     def _consume(self, num_messages: int, timeout: float, *, available: bool = False) -> list[Message]:

@@ -1,9 +1,10 @@
 """Names shared by many modules, in a module that imports none of them (no import circle).
 
 - :data:`Key`: a partition, ``(topic, partition)``; TopicPartition is mutable, so never a key.
-- :data:`READ_AHEAD`: how many records one read takes from librdkafka at most (the reader's
-  batch; the fetch-memory estimate counts them too); :data:`READ_AHEAD_BYTES`: what it aims at
-  in bytes, so that large records are read fewer at a time.
+- :data:`READ_CHUNK`: how many records one read takes from librdkafka at most;
+  :data:`READ_AHEAD`: how many ``poll()`` reads ahead at most, a chunk at a time while their values
+  total less than :data:`READ_AHEAD_BYTES`, so that large records are read fewer at a time (the
+  fetch-memory estimate counts the worst case).
 - :data:`RebalanceCallback`: the application's on_assign/on_revoke/on_lost.
 """
 
@@ -17,10 +18,12 @@ from confluent_kafka import TopicPartition
 #: Partitions are keyed by ``(topic, partition)`` internally; TopicPartition is mutable.
 Key = tuple[str, int]
 
-#: How many records one poll() reads from librdkafka at most; the rest wait in the table.
-READ_AHEAD = 64
-#: The value bytes one read-ahead aims at: records larger than READ_AHEAD_BYTES / READ_AHEAD
-#: (16 KiB) are read fewer at a time, judged by the first record of the read.
+#: How many records one read from librdkafka takes at most.
+READ_CHUNK = 64
+#: How many records one poll() reads ahead at most (chunk after chunk); the rest wait in the table.
+READ_AHEAD = 512
+#: The value bytes one read-ahead aims at: no further chunk is read once the records read hold
+#: this much, and a chunk takes fewer records when the last ones were large.
 READ_AHEAD_BYTES = 1 << 20
 
 #: The application's on_assign/on_revoke/on_lost: called with the consumer and the partitions

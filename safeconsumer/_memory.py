@@ -17,10 +17,11 @@ consumer, before each fetch). So at worst a consumer holds:
   x86-64 with librdkafka 2.16; counted as 384 with small keys and headers), for up to
   ``queued.min.messages`` queued records plus the in-flight responses' records, assumed to
   average at least :data:`RECORD_BYTES_ASSUMED` on the wire;
-- **read-ahead**: the records safeconsumer has read from librdkafka and not yet handed out
-  (at most :data:`safeconsumer._keys.READ_AHEAD`; about :data:`safeconsumer._keys.READ_AHEAD_BYTES`
-  of values while records are alike in size, but a read judged by a small first record may take
-  READ_AHEAD large ones, so that is what is counted), as Python objects;
+- **read-ahead**: the records safeconsumer has read from librdkafka and not yet handed out, as
+  Python objects: at most :data:`safeconsumer._keys.READ_AHEAD` of them, read a chunk at a time
+  while their values total less than :data:`safeconsumer._keys.READ_AHEAD_BYTES`; the last chunk
+  (:data:`safeconsumer._keys.READ_CHUNK` records, judged by the ones before it) may be of the
+  largest records, so that is what is counted on top;
 - **fixed**: threads, connection buffers and allocator slack, :data:`FIXED` per consumer
   (measured here: 4.4 MB for the first consumer of a process, about 0.6 MB for each further
   one; 4 MiB is counted for each).
@@ -38,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ._keys import READ_AHEAD
+from ._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
 
 #: librdkafka's memory per fetched record beyond its value (measured about 340 bytes).
 RECORD_OVERHEAD = 384
@@ -162,7 +163,6 @@ def estimate(
     *,
     largest_record: int = 0,
     brokers: int | None = None,
-    read_ahead_records: int = READ_AHEAD,
 ) -> FetchEstimate:
     """Worst-case bytes one consumer with ``limits`` buffers while owning ``partitions``.
 
@@ -179,7 +179,7 @@ def estimate(
         queue=limits.queue_bytes,
         in_flight=in_flight,
         per_record=records * RECORD_OVERHEAD,
-        read_ahead=read_ahead_records * (record + PY_RECORD_OVERHEAD),
+        read_ahead=READ_AHEAD_BYTES + READ_CHUNK * record + READ_AHEAD * PY_RECORD_OVERHEAD,
         fixed=FIXED,
     )
 

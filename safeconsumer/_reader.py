@@ -27,7 +27,7 @@ from confluent_kafka import Message
 
 from ._client import RawClient
 from ._delivery import DeliveryGate
-from ._keys import READ_AHEAD, READ_AHEAD_BYTES
+from ._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
 from ._partitions import PartitionTable
 from ._stall import StallGuard
 
@@ -38,8 +38,8 @@ _T = TypeVar("_T")
 
 _monotonic = time.monotonic
 
-#: Records up to this size are read ahead READ_AHEAD at a time.
-_SMALL_RECORD = READ_AHEAD_BYTES // READ_AHEAD
+#: Records up to this size are read READ_CHUNK at a time.
+_SMALL_RECORD = READ_AHEAD_BYTES // READ_CHUNK
 
 
 def _is_some(polled: object) -> bool:
@@ -78,9 +78,9 @@ class Reader:
         self._stall = stall
         self._stall_watch = stall.watch
         self.drained_at = 0.0
-        #: How many records a read-ahead takes now: READ_AHEAD, fewer while records are large
-        #: (READ_AHEAD_BYTES in all; judged by the first record of the last read).
-        self._ahead_limit = READ_AHEAD
+        #: How many records one read takes now: READ_CHUNK, fewer while records are large
+        #: (READ_AHEAD_BYTES in all; judged by the first record of the last read-ahead).
+        self._ahead_limit = READ_CHUNK
 
     def _come_back(self, now: float) -> None:
         table = self._table
@@ -145,23 +145,27 @@ class Reader:
                     continue
                 msg = polled
                 if msg.error() is None:
-                    size = len(msg)
-                    limit = READ_AHEAD if size <= _SMALL_RECORD else READ_AHEAD_BYTES // size
-                    self._ahead_limit = limit or 1
-                    batch, errors = self._read_ahead(limit - 1) if limit > 1 else ([], False)
-                    if batch:
-                        now = self.last_call = _monotonic()
-                        # Read while the assignment stood still: no record of it can be unowned.
-                        unchanged = table.epoch == epoch
-                        batch.insert(0, msg)
-                        if not errors:
-                            first = gate.fill_lane(batch, unchanged=unchanged, errors=False)
-                            if first is not None:
-                                self.lane_until = now + self.real_call_every
-                                return first
+                    # librdkafka's position is already past ``msg``: it waits in the read-ahead while
+                    # more is read, so that a rebalance those reads serve sees it (no offset is
+                    # stored past it, and an eager revocation keeps it in limbo).
+                    ahead.append(msg)
+                    errors = self._read_lane(len(msg), epoch)
+                    now = self.last_call = _monotonic()
+                    # Read while the assignment stood still: no record of it can be unowned.
+                    unchanged = table.epoch == epoch
+                    if unchanged and not errors and len(ahead) > 1:
+                        batch = [*ahead]
+                        ahead.clear()
+                        first = gate.fill_lane(batch, unchanged=True, errors=False)
+                        if first is not None:
+                            self.lane_until = now + self.real_call_every
+                            return first
                         ahead.extend(batch)
-                        self._ahead_epoch = epoch if unchanged else -1
-                        msg = ahead.popleft()
+                    self._ahead_epoch = epoch if unchanged else -1
+                    if not ahead:
+                        wait = 0  # a revocation those reads served took it
+                        continue
+                    msg = ahead.popleft()
                 trusted = table.epoch == epoch
             if trusted and not table.paused and not table.maybe_releasable:
                 out = gate.admit_trusted(msg)
@@ -199,9 +203,10 @@ class Reader:
                     deferred.run_due(table.ahead)
                 return out
         epoch = table.epoch
+        due = self._next_due()
         if available and timeout:
             msgs, errors = self._read_available(num_messages, timeout)
-        elif self._next_due():
+        elif due and (timeout < 0 or _monotonic() + timeout >= due):
             msgs, errors = self._until_due(
                 lambda t: self._client.consume(num_messages, t), timeout, lambda result: result[0]
             )
@@ -229,6 +234,30 @@ class Reader:
             table.handed_out(out)
         return out
 
+    def _read_lane(self, size: int, epoch: int) -> bool:
+        """poll()'s read-ahead behind a first record of ``size`` bytes (already in the read-ahead):
+        chunks of up to READ_CHUNK records while librdkafka has them, up to READ_AHEAD records,
+        until the values read reach READ_AHEAD_BYTES (a chunk takes fewer records when the last
+        ones were large), an error event or a change of the assignment. One locked poll() then
+        serves many lane records; the memory read ahead stays within READ_AHEAD_BYTES plus one
+        chunk. Each chunk joins the read-ahead as it arrives, so that a rebalance served by the
+        next read sees it. Whether an error event was read."""
+        ahead = self._table.ahead
+        table, read = self._table, self._read_ahead
+        total, taken = size, 1
+        room = READ_CHUNK - 1 if size <= _SMALL_RECORD else READ_AHEAD_BYTES // size - 1
+        self._ahead_limit = max(room + 1, 1)
+        while room > 0:
+            chunk, errors = read(room)
+            ahead.extend(chunk)
+            if errors or len(chunk) < room or table.epoch != epoch:
+                return errors
+            chunk_bytes = sum(map(len, chunk))
+            total += chunk_bytes
+            taken += room
+            room = min(READ_CHUNK, READ_AHEAD - taken, (READ_AHEAD_BYTES - total) // (chunk_bytes // room or 1))
+        return False
+
     def _read_available(self, num_messages: int, timeout: float) -> tuple[list[Message], bool]:
         """What librdkafka has now, up to ``num_messages``; when it has nothing, the first event
         within ``timeout`` and what else it has then. librdkafka's consume() waits for all
@@ -238,11 +267,14 @@ class Reader:
         if msgs:
             return msgs, errors
         first = self._until_due(client.poll, timeout, _is_some)
-        if first is None:
-            return msgs, False
-        rest, errors = client.consume(num_messages - 1, 0) if num_messages > 1 else ([], False)
-        rest.insert(0, first)
-        return rest, errors or first.error() is not None
+        if first is None or num_messages == 1:
+            return ([] if first is None else [first]), first is not None and first.error() is not None
+        # librdkafka's position is already past ``first``: it waits in the read-ahead while the rest
+        # is read, so that a rebalance that read serves sees it (see poll()); consume() takes it
+        # from there, first.
+        self._table.ahead.append(first)
+        self._ahead_epoch = -1
+        return client.consume(num_messages - 1, 0)
 
     def _maintain(self, now: float) -> None:
         """What falls due on the application's calls: re-assigning partitions whose committed

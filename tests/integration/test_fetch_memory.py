@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from safeconsumer import SafeConsumer
-from safeconsumer._keys import READ_AHEAD, READ_AHEAD_BYTES
+from safeconsumer._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
 from safeconsumer._memory import FetchLimits, ProcessFetchMemory, estimate
 from safeconsumer.testing import KafkaTestKit, Protocol
 
@@ -110,12 +110,12 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_large_records_are_read_ahead_a_few_at_a_time(kafka: KafkaTestKit, protocol: Protocol) -> None:
-    """poll() reads ahead READ_AHEAD small records but about READ_AHEAD_BYTES of large ones: the
-    read-ahead of 200 kB records is 5 records (1 MiB), not 64 (12.5 MiB per consumer). librdkafka's
-    own position on the handle shows how far it was read."""
+    """poll() reads ahead READ_AHEAD small records (a chunk at a time) but about READ_AHEAD_BYTES of
+    large ones: the read-ahead of 200 kB records is 5 records (1 MiB), not 512 (100 MiB per
+    consumer). librdkafka's own position on the handle shows how far it was read."""
     large, small = kafka.create_topic(), kafka.create_topic()
     kafka.produce(large, 80, value_size=200_000)
-    kafka.produce(small, 80, value_size=100)
+    kafka.produce(small, READ_AHEAD + 100, value_size=100)
     for topic, read in ((large, READ_AHEAD_BYTES // 200_000), (small, READ_AHEAD)):
         # One fetch response brings some 50 records: librdkafka holds plenty when poll() reads.
         c = SafeConsumer(kafka.consumer_conf(kafka.name("g"), protocol, max_partition_fetch_bytes=10 << 20))
@@ -130,3 +130,25 @@ def test_large_records_are_read_ahead_a_few_at_a_time(kafka: KafkaTestKit, proto
             )
         finally:
             c.close()
+
+
+def test_a_small_first_record_reads_one_chunk_of_large_ones(kafka: KafkaTestKit, protocol: Protocol) -> None:
+    """The read-ahead is judged chunk by chunk: a small record followed by 50 kB ones is read with
+    one chunk of those (READ_CHUNK records, 3 MiB, the estimate's worst case), and no further chunk,
+    although READ_AHEAD small records would have been read."""
+    topic = kafka.create_topic()
+    kafka.produce(topic, 1, value_size=100)
+    kafka.produce(topic, 2 * READ_CHUNK, value_size=50_000)
+    c = SafeConsumer(kafka.consumer_conf(kafka.name("g"), protocol, max_partition_fetch_bytes=20 << 20))
+    got = Received()
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        checked_pump([(c, got)], got.records.__len__, timeout=30, what="a record")
+        assert [len(value) for value in got.values] == [100]
+        position = Consumer.position(c, [TopicPartition(topic, 0)])[0].offset
+        assert position == READ_CHUNK, f"{position} read, not one chunk ({READ_CHUNK})"
+        # What was read ahead is handed out in order, and nothing is lost or read twice.
+        checked_pump([(c, got)], lambda: len(got.records) > 2 * READ_CHUNK, timeout=30, what="every record")
+        assert [r[2] for r in got.records] == list(range(2 * READ_CHUNK + 1))
+    finally:
+        c.close()

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from confluent_kafka import TopicPartition
+import pytest
+from confluent_kafka import Message, TopicPartition
 
 from safeconsumer import SafeConsumer, delivery_stats
+from safeconsumer._consumer import consume_available
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 from ..support import Received, checked_poll, checked_pump, checked_pump_for
@@ -90,3 +93,74 @@ def test_a_killed_member_never_committed_past_what_it_delivered(kafka: KafkaTest
     checked_pump([(nxt, got)], lambda: not missing(), timeout=60, what="the next owner to read the rest")
     checked_poll(nxt, got)
     nxt.close()
+
+
+@pytest.mark.parametrize("entry", ["poll", "consume_available"])
+def test_a_record_read_before_a_revocation_served_by_the_read_ahead_is_not_lost(
+    kafka: KafkaTestKit, protocol: Protocol, entry: str
+) -> None:
+    """The window found by reading the reader: ``poll()`` (and kafka-python's read,
+    ``consume_available``) takes its first record with one librdkafka call, which moves
+    librdkafka's position past it, then reads ahead with another call. When a revocation is served
+    by that second call, the offsets stored in it (and committed as the partition goes) must stay
+    at the record, and the record must reach the partition's next owner. It was stored past and
+    dropped as unowned: lost.
+
+    In production the revocation comes from a peer joining or leaving at that moment, and the
+    store it makes holds a record handed out since the last periodic store (one every 50 ms).
+    Here the periodic store is off, a first record is handed out, and when the second arrives
+    the member changes its own subscription away from the topic, from inside the read-ahead and
+    before librdkafka serves it, so that the revoked partition is known under every protocol;
+    the read-ahead then reads until the revocation was served (no other record exists)."""
+    topic, other = kafka.create_topic(partitions=1), kafka.create_topic(partitions=1)
+    kafka.produce(topic, 1, partitions=1)
+    group = kafka.name("g")
+    c = SafeConsumer(kafka.consumer_conf(group, protocol))
+    c._gate.flush_interval = float("inf")  # offsets are stored only when due for another reason
+    got = Received()
+    client = c._client
+    real_poll, real_consume = client.poll, client.consume
+    window = {"armed": False, "served": False}
+
+    def poll(timeout: float) -> Message | None:
+        msg = real_poll(timeout)
+        window["armed"] = window["armed"] or (len(got.records) == 1 and msg is not None and msg.error() is None)
+        return msg
+
+    def consume(num_messages: int, timeout: float) -> tuple[list[Message], bool]:
+        if not window["armed"] or window["served"]:
+            return real_consume(num_messages, timeout)
+        window["armed"] = False
+        epoch = c._table.epoch
+        c.subscribe([other])  # librdkafka queues the revocation of the record's partition
+        deadline = time.monotonic() + 30
+        while True:
+            batch, errors = real_consume(num_messages, 0.1)
+            assert not [m for m in batch if m.error() is None], "only one record was produced"
+            if c._table.epoch != epoch or time.monotonic() > deadline:
+                window["served"] = c._table.epoch != epoch
+                return batch, errors
+
+    client.poll, client.consume = poll, consume  # type: ignore[method-assign]
+    try:
+        c.subscribe([topic])
+
+        def step() -> None:
+            got.add(c.poll(0.2) if entry == "poll" else next(iter(consume_available(c, 10, 0.2)), None))
+
+        wait_until(lambda: got.records, timeout=60, what="the first record", step=step)
+        kafka.produce(topic, 1, partitions=1)
+        wait_until(lambda: window["served"], timeout=60, what="a revocation served by the read-ahead", step=step)
+        assert [r[2] for r in got.records] == [0], "a record of the revoked partition reached the application"
+    finally:
+        client.poll, client.consume = real_poll, real_consume  # type: ignore[method-assign]
+        c.close()
+    committed = kafka.committed(group, topic, 1)[0]
+    assert committed <= 1, f"committed {committed}: past the record its owner never handed out"
+    nxt = SafeConsumer(kafka.consumer_conf(group, protocol))
+    after = Received()
+    try:
+        nxt.subscribe([topic])
+        checked_pump([(nxt, after)], lambda: 1 in {r[2] for r in after.records}, timeout=60, what="the second record")
+    finally:
+        nxt.close()

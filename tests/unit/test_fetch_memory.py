@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from safeconsumer import SafeConsumer
-from safeconsumer._keys import READ_AHEAD
+from safeconsumer._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
 from safeconsumer._memory import (
     FIXED,
     RECORD_OVERHEAD,
@@ -43,7 +43,8 @@ def test_estimate_parts() -> None:
     assert e.queue == MiB
     assert e.in_flight == 10 * 65536
     assert e.per_record == (100000 + 10 * 65536 // 1024) * RECORD_OVERHEAD
-    assert e.read_ahead == READ_AHEAD * (65536 + 512)
+    # Chunks are read while the values read total less than READ_AHEAD_BYTES; the last may hold the largest.
+    assert e.read_ahead == READ_AHEAD_BYTES + READ_CHUNK * 65536 + READ_AHEAD * 512
     assert e.fixed == FIXED
     assert e.total == sum(e.parts().values())
     # A topic allowing larger records: partitions x largest record.
