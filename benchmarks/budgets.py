@@ -1,6 +1,6 @@
 """Every line of SPEC's Budgets table, measured side by side with the raw client in one run.
 
-    python -m benchmarks.budgets [--records 1000000] [--rounds 7] [--rss-rounds 5] [--parked-seconds 20]
+    python -m benchmarks.budgets [--records 1000000] [--rounds 7] [--rss-rounds 9] [--parked-seconds 20]
 
 One broker (the embedded one unless KAFKA_BOOTSTRAP_SERVERS is set), then, each contender
 alternating with its peer (which goes first alternates by round), medians over rounds:
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records per throughput read (default 1000000)")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--rss-rounds", type=int, default=5)
+    parser.add_argument("--rss-rounds", type=int, default=9)
     parser.add_argument("--parked-seconds", type=float, default=20.0)
     args = parser.parse_args(argv)
     started = time.monotonic()

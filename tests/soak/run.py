@@ -351,7 +351,11 @@ class Soak:
     def _finish(self, m: _Member, rc: int) -> None:
         m.reaped = True
         if m.reader is not None:
-            m.reader.join(10)
+            # The member has exited: its reader ends at EOF. One still reading after a minute would
+            # drop the lines it has not read, and their records would count as lost: say so instead.
+            m.reader.join(60)
+            if m.reader.is_alive():
+                self.figures.failures.append(f"member {m.index}: its output was not read to the end within 60 s")
         assert m.proc.stdout is not None
         m.proc.stdout.close()
         m.log.close()

@@ -35,6 +35,7 @@ class Group:
     def __init__(self, *views: GroupView | None) -> None:
         self.views = list(views)
         self.calls = 0
+        self.idled = 0
 
     def describe(self, timeout: float) -> GroupView | None:
         self.calls += 1
@@ -42,6 +43,10 @@ class Group:
 
     def release(self) -> None:
         pass
+
+    def idle(self) -> None:
+        """The admin client handed over between rebalances (none here)."""
+        self.idled += 1
 
 
 def _view(state: str, *ids: str) -> GroupView:
@@ -226,4 +231,19 @@ def test_the_group_is_not_described_while_a_broker_or_the_coordinator_is_unreach
     explainer._trouble_at -= 31.0  # the trouble is over: describing again
     explainer.callback("assigned", "joined")
     wait_until(lambda: group.calls > 0, timeout=5, what="a describe once the trouble is over")
+    explainer.close()
+
+
+def test_the_admin_client_goes_as_soon_as_nothing_waits_to_be_described() -> None:
+    """The baseline learnt at a join hands the admin client over at once, not after the explainer's
+    5 s idle wait (it would otherwise live through the consumer's first busy seconds), and so does
+    each explained rebalance."""
+    group = Group(_view("STABLE", "me"), _view("STABLE", "me", "b"))
+    explainer, telemetry = _explainer(group)
+    _joined(explainer)
+    wait_until(lambda: group.idled >= 1, timeout=2, what="the admin client handed over after the baseline")
+    idled = group.idled
+    explainer.callback("revoked", None)
+    wait_until(lambda: bool(telemetry.explained), timeout=5, what="the revocation explained")
+    wait_until(lambda: group.idled > idled, timeout=2, what="the admin client handed over after the rebalance")
     explainer.close()
