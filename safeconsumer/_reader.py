@@ -104,6 +104,7 @@ class Reader:
         self._come_back(now)
         ahead = table.ahead
         wait = timeout
+        until = now + timeout if timeout > 0 else now  # timeout < 0: for ever
         while True:
             if table.maybe_releasable:
                 # Withheld records of a resumed partition go first (also when a callback run by
@@ -114,7 +115,7 @@ class Reader:
                     return ready[0]
             if ahead and now - self.last_call >= self.real_call_every:
                 epoch = table.epoch
-                batch, _ = self._read_ahead(self._ahead_limit)
+                batch, _ = self._read_ahead(self._more_ahead())
                 now = self.last_call = _monotonic()
                 ahead.extend(batch)  # a revocation it served may have emptied the read-ahead
                 self._ahead_epoch = epoch if table.epoch == epoch else -1
@@ -163,7 +164,8 @@ class Reader:
                         ahead.extend(batch)
                     self._ahead_epoch = epoch if unchanged else -1
                     if not ahead:
-                        wait = 0  # a revocation those reads served took it
+                        # A revocation those reads served took it: wait for the rest of the timeout.
+                        wait = timeout if timeout < 0 else max(0.0, until - now)
                         continue
                     msg = ahead.popleft()
                 trusted = table.epoch == epoch
@@ -176,7 +178,10 @@ class Reader:
                 if out is self._deferred.behind:
                     self._deferred.went_out((out,))
                 return out
-            wait = 0  # withheld or dropped: keep serving the caller without waiting again
+            # Withheld or dropped: keep serving the caller for the rest of its timeout, as upstream's
+            # poll() waits for a record it may return.
+            now = _monotonic()
+            wait = timeout if timeout < 0 else max(0.0, until - now)
 
     def consume(self, num_messages: int, timeout: float, *, available: bool = False) -> list[Message]:
         """consume(): withheld records released first, then read-ahead, then new records.
@@ -267,7 +272,7 @@ class Reader:
         if msgs:
             return msgs, errors
         first = self._until_due(client.poll, timeout, _is_some)
-        if first is None or num_messages == 1:
+        if first is None or num_messages <= 1:
             return ([] if first is None else [first]), first is not None and first.error() is not None
         # librdkafka's position is already past ``first``: it waits in the read-ahead while the rest
         # is read, so that a rebalance that read serves sees it (see poll()); consume() takes it
@@ -361,10 +366,16 @@ class Reader:
         Called by the keeper's link (KeepaliveLink.keep_alive, lock held) on the keeper thread. Changes the
         table's read-ahead only.
         """
-        batch, _ = self._read_ahead(self._ahead_limit)
+        batch, _ = self._read_ahead(self._more_ahead())
         if batch:
             self._table.ahead.extend(batch)
             self._ahead_epoch = -1
+
+    def _more_ahead(self) -> int:
+        """How many records a real call made while records wait reads: a chunk, but never past
+        READ_AHEAD waiting in all (an application slower than a chunk per ``real_call_every`` would
+        otherwise grow the read-ahead without end); at least 1, since it must reach librdkafka."""
+        return max(1, min(self._ahead_limit, READ_AHEAD - len(self._table.ahead)))
 
     def give_back(self, msgs: list[Message]) -> None:
         """Called by :class:`._lifecycle.AsyncLink` (lock held): what a poll()/consume() returned
