@@ -118,13 +118,16 @@ def test_every_page_loads_with_its_pictures_and_no_console_error(site: tuple[str
 
 
 def test_search_dark_mode_and_code_copy_work(site: tuple[str, list[str]], browser: Any) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     base, _ = site
     browser.get(base + "recipes/")
-    wait = WebDriverWait(browser, 20)
+    # Search results are re-rendered as the index answers: an element read while that happens is
+    # stale, and the condition is simply tried again.
+    wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
     # Code blocks carry Material's copy button.
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "pre .md-code__button, button.md-clipboard")))
     # The dark-mode toggle switches the scheme.
