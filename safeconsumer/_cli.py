@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["config_pair"]
+__all__ = ["add_config_option", "config_pair"]
 
 
 def config_pair(text: str) -> tuple[str, str]:
@@ -13,3 +13,10 @@ def config_pair(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
     return key.strip(), value.strip()
+
+
+def add_config_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """The repeatable ``-X KEY=VALUE`` option (into ``config``, a list of pairs)."""
+    parser.add_argument(
+        "-X", dest="config", action="append", type=config_pair, default=[], metavar="KEY=VALUE", help=help
+    )

@@ -18,7 +18,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from inspect import Parameter, Signature
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from confluent_kafka import Consumer, Message, TopicPartition
@@ -39,12 +38,15 @@ from ._upstream import TIMEOUT_TYPES as _TIMEOUT_TYPES
 from ._upstream import WHOLE_CONSUMER as _WHOLE_CONSUMER
 from ._upstream import (
     consume_arguments,
+    guarded,
     partition_key,
     partition_keys,
+    passed_through,
     poll_timeout,
     rebalance_callbacks,
     show_upstream_signatures,
     stopped,
+    typed_as,
     upstream_arguments,
 )
 
@@ -69,38 +71,6 @@ _ONE = float(1)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _R = TypeVar("_R")
-
-
-def _guarded(method: _F) -> _F:
-    """The state guard of an override of upstream's method of the same name: on a stopped consumer
-    upstream's own method answers, given exactly the caller's arguments (:meth:`SafeConsumer._stopped`);
-    arguments that do not bind are judged by upstream's method."""
-    return upstream_arguments(
-        method,
-        stopped=lambda self: self._life.state is _CLOSED,
-        answer=lambda self, *args, **kwargs: self._stopped(*args, **kwargs),
-    )
-
-
-def _typed_as(upstream: _F) -> Callable[[Callable[..., Any]], _F]:
-    """For type checkers: the decorated override has ``upstream``'s type (its overloads)."""
-    return lambda method: cast(_F, method)
-
-
-def _passed_through(upstream: _F, *parameters: str, **defaults: Any) -> _F:
-    """Upstream's ``upstream`` method as it is (its type, arguments and answer), guarded, called under
-    the client lock with its errors translated. ``inspect`` shows ``parameters`` then ``defaults``."""
-
-    def passed(self: SafeConsumer, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            return self._client.call(upstream, *args, **kwargs)
-
-    name = upstream.__name__
-    passed.__name__, passed.__qualname__, passed.__doc__ = name, f"SafeConsumer.{name}", upstream.__doc__
-    shown = [Parameter(p, Parameter.POSITIONAL_OR_KEYWORD) for p in ("self", *parameters)]
-    shown += [Parameter(p, Parameter.POSITIONAL_OR_KEYWORD, default=d) for p, d in defaults.items()]
-    passed.__signature__ = Signature(shown)  # type: ignore[attr-defined]
-    return _guarded(cast(_F, passed))
 
 
 class SafeConsumer(DeprecatedNames, Consumer):
@@ -212,7 +182,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         return stopped(self, life.fatal, life.note(name), method, *args, **kwargs)
 
     # -- subscription --------------------------------------------------------------------
-    @_guarded
+    @guarded
     def subscribe(
         self,
         topics: list[str],
@@ -224,7 +194,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         with self._lock:
             self._rebalancer.subscribe(topics, callbacks)
 
-    @_guarded
+    @guarded
     def unsubscribe(self) -> None:
         with self._lock:
             self._gate.flush(force=True)  # stored before unsubscribe (I9)
@@ -356,25 +326,25 @@ class SafeConsumer(DeprecatedNames, Consumer):
             yield
 
     # -- assignment ------------------------------------------------------------------------
-    @_guarded
+    @guarded
     def assign(self, partitions: list[TopicPartition], /) -> None:
         partition_keys(self, partitions, "assign")  # upstream judges them
         with self._lock:
             self._rebalancer.assign(partitions)
 
-    @_guarded
+    @guarded
     def incremental_assign(self, partitions: list[TopicPartition], /) -> None:
         partition_keys(self, partitions, "incremental_assign")
         with self._lock:
             self._rebalancer.incremental_assign(partitions)
 
-    @_guarded
+    @guarded
     def incremental_unassign(self, partitions: list[TopicPartition], /) -> None:
         partition_keys(self, partitions, "incremental_unassign")
         with self._lock:
             self._rebalancer.unassign(partitions)
 
-    @_guarded
+    @guarded
     def unassign(self) -> None:
         with self._lock:
             self._rebalancer.unassign(None)
@@ -448,8 +418,8 @@ class SafeConsumer(DeprecatedNames, Consumer):
             return self._rebalancer.pause_state(parked=self._keeper.parked)
 
     # -- offsets (policy: _offsets) ------------------------------------------------------
-    @_typed_as(Consumer.commit)  # upstream's overloads: the result's type follows ``asynchronous``
-    @_guarded
+    @typed_as(Consumer.commit)  # upstream's overloads: the result's type follows ``asynchronous``
+    @guarded
     def commit(
         self,
         message: Message | None = None,
@@ -458,31 +428,31 @@ class SafeConsumer(DeprecatedNames, Consumer):
     ) -> list[TopicPartition] | None:
         return self._offsets.commit(message, offsets, asynchronous)
 
-    @_guarded
+    @guarded
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         self._offsets.store(message, offsets)
 
-    @_guarded
+    @guarded
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """As confluent_kafka's: the offset after the last record *the application* received."""
         with self._lock:
             return self._gate.positions(partitions)
 
-    @_guarded
+    @guarded
     def seek(self, partition: TopicPartition) -> None:
         with self._lock:
             self._rebalancer.seek(partition)
 
     # -- upstream's own, under the client lock ------------------------------------------------
-    committed = _passed_through(Consumer.committed, "partitions", timeout=-1)
-    get_watermark_offsets = _passed_through(Consumer.get_watermark_offsets, "partition", timeout=-1, cached=False)
-    offsets_for_times = _passed_through(Consumer.offsets_for_times, "partitions", timeout=-1)
-    list_topics = _passed_through(Consumer.list_topics, topic=None, timeout=-1)
-    cluster_id = _passed_through(Consumer.cluster_id, timeout=-1)
-    memberid = _passed_through(Consumer.memberid)
-    consumer_group_metadata = _passed_through(Consumer.consumer_group_metadata)
-    set_sasl_credentials = _passed_through(Consumer.set_sasl_credentials, "username", "password")
-    assignment = _passed_through(Consumer.assignment)
+    committed = passed_through(Consumer.committed, "partitions", timeout=-1)
+    get_watermark_offsets = passed_through(Consumer.get_watermark_offsets, "partition", timeout=-1, cached=False)
+    offsets_for_times = passed_through(Consumer.offsets_for_times, "partitions", timeout=-1)
+    list_topics = passed_through(Consumer.list_topics, topic=None, timeout=-1)
+    cluster_id = passed_through(Consumer.cluster_id, timeout=-1)
+    memberid = passed_through(Consumer.memberid)
+    consumer_group_metadata = passed_through(Consumer.consumer_group_metadata)
+    set_sasl_credentials = passed_through(Consumer.set_sasl_credentials, "username", "password")
+    assignment = passed_through(Consumer.assignment)
 
     # -- lifecycle -----------------------------------------------------------------------
     @upstream_arguments

@@ -10,6 +10,8 @@ before librdkafka sees it), it raises exactly what librdkafka would.
 Nothing here holds state. Two functions act besides answering: ``auto_store_setting`` builds and
 closes a throwaway ``Consumer`` so that librdkafka names the first bad setting, and
 ``show_upstream_signatures`` sets the signatures ``poll()``/``consume()`` show (once, at import).
+The facade's decorators are here too: ``guarded`` (on a stopped consumer upstream's own method
+answers), ``passed_through`` (upstream's method as it is, under the client lock) and ``typed_as``.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
+from inspect import Parameter, Signature
 from typing import Any, TypeVar, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from ._errors import FatalConsumerError, consumer_closed
 from ._keys import Key
+from ._lifecycle import State
 
 #: Timeouts poll() takes as they are; anything else is first judged by upstream's poll().
 TIMEOUT_TYPES = frozenset({int, float})
@@ -268,3 +272,36 @@ def show_upstream_signatures(cls: type[Consumer]) -> None:
     """``cls.poll``/``cls.consume`` take ``*args`` (see their docstrings) but show upstream's signatures."""
     cls.poll.__signature__ = inspect.signature(_poll_signature)  # type: ignore[attr-defined]
     cls.consume.__signature__ = inspect.signature(_consume_signature)  # type: ignore[attr-defined]
+
+
+# -- the facade's overrides of upstream's methods ------------------------------------------------
+def guarded(method: _F) -> _F:
+    """The state guard of an override of upstream's method of the same name: on a stopped consumer
+    upstream's own method answers, given exactly the caller's arguments (the facade's ``_stopped``);
+    arguments that do not bind are judged by upstream's method."""
+    return upstream_arguments(
+        method,
+        stopped=lambda self: self._life.state is State.CLOSED,
+        answer=lambda self, *args, **kwargs: self._stopped(*args, **kwargs),
+    )
+
+
+def typed_as(upstream: _F) -> Callable[[Callable[..., Any]], _F]:
+    """For type checkers: the decorated override has ``upstream``'s type (its overloads)."""
+    return lambda method: cast(_F, method)
+
+
+def passed_through(upstream: _F, *parameters: str, **defaults: Any) -> _F:
+    """Upstream's ``upstream`` method as it is (its type, arguments and answer), guarded, called under
+    the client lock with its errors translated. ``inspect`` shows ``parameters`` then ``defaults``."""
+
+    def passed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._client.call(upstream, *args, **kwargs)
+
+    name = upstream.__name__
+    passed.__name__, passed.__qualname__, passed.__doc__ = name, f"SafeConsumer.{name}", upstream.__doc__
+    shown = [Parameter(p, Parameter.POSITIONAL_OR_KEYWORD) for p in ("self", *parameters)]
+    shown += [Parameter(p, Parameter.POSITIONAL_OR_KEYWORD, default=d) for p, d in defaults.items()]
+    passed.__signature__ = Signature(shown)  # type: ignore[attr-defined]
+    return guarded(cast(_F, passed))

@@ -26,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from ._cli import config_pair
+from ._cli import add_config_option
 from ._poison import HEADER_PREFIX
 
 __all__ = ["DeadRecord", "add_command", "read_dead_letters", "replay", "run"]
@@ -161,14 +161,9 @@ def add_command(commands: Any) -> None:
     parser.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
     parser.add_argument("--topic", required=True, help="the dead-letter topic")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "-X",
-        dest="config",
-        action="append",
-        type=config_pair,
-        default=[],
-        metavar="KEY=VALUE",
-        help="a librdkafka setting",
+    add_config_option(
+        parser,
+        "a librdkafka setting",
     )
     parser.add_argument(
         "--replay",

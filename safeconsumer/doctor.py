@@ -47,7 +47,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 
 from . import dead_letters
-from ._cli import config_pair
+from ._cli import add_config_option
 from ._errors import is_auth_failure
 from ._health import admin_config, describe_group, enum_name
 from ._memory import FetchEstimate, FetchLimits, estimate, mib
@@ -514,14 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
     doctor.add_argument("--group", required=True, help="the consumer group id")
     doctor.add_argument("--json", action="store_true", help="print one JSON object (see docs/group-health.md)")
-    doctor.add_argument(
-        "-X",
-        dest="config",
-        action="append",
-        type=config_pair,
-        default=[],
-        metavar="KEY=VALUE",
-        help="a librdkafka setting, as kcat's -X: for the connection (security, ...) and as part of the "
+    add_config_option(
+        doctor,
+        "a librdkafka setting, as kcat's -X: for the connection (security, ...) and as part of the "
         "members' consumer config (fetch settings)",
     )
     doctor.add_argument(

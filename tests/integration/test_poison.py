@@ -60,13 +60,15 @@ def read_all(kit: KafkaTestKit, topic: str, n: int) -> list[Message]:
     return got
 
 
-def poll_values(c: Any, n: int, *, timeout: float = 45) -> list[Any]:
+def poll_values(c: Any, n: int, *, timeout: float = 45, handler: Any = None) -> list[Any]:
+    """The values of the first ``n`` records ``c.poll()`` returns; with ``handler``, what
+    ``c.handle(msg, handler)`` returned for each."""
     out: list[Any] = []
 
     def step() -> None:
         msg = c.poll(0.2)
         if msg is not None and msg.error() is None:
-            out.append(msg.value())
+            out.append(msg.value() if handler is None else c.handle(msg, handler))
 
     wait_until(lambda: len(out) >= n, timeout=timeout, what=f"{n} records", step=step)
     return out
@@ -187,14 +189,7 @@ def test_handle_retries_then_dead_letters_and_keeps_the_order(
     c = SafeConsumer(kafka.consumer_conf(group, protocol), poison=DeadLetter(dlq, retries=2, backoff=0.05))
     closing.append(c)
     c.subscribe([topic])
-    results: list[Any] = []
-
-    def step() -> None:
-        msg = c.poll(0.2)
-        if msg is not None and msg.error() is None:
-            results.append(c.handle(msg, handler))
-
-    wait_until(lambda: len(results) >= 5, timeout=45, what="5 records handled", step=step)
+    results = poll_values(c, 5, handler=handler)
     assert results == ["ok", "ok", "ok", None, "ok"]
     assert done == [b"0", b"flaky", b"2", b"4"], "order per partition kept through the retries"
     assert tries[b"flaky"] == 2 and tries[b"bad"] == 3
@@ -524,14 +519,7 @@ def test_skip_a_processing_failure(
     c = SafeConsumer(kafka.consumer_conf(group, protocol), poison=Skip())
     closing.append(c)
     c.subscribe([topic])
-    results: list[Any] = []
-
-    def step() -> None:
-        msg = c.poll(0.2)
-        if msg is not None and msg.error() is None:
-            results.append(c.handle(msg, handler))
-
-    wait_until(lambda: len(results) >= 3, timeout=45, what="3 records", step=step)
+    results = poll_values(c, 3, handler=handler)
     assert results == ["ok", None, "ok"]
     c.close()
     assert f"failed to process: {topic} [0] at offset 1 (KeyError)" in caplog.text
