@@ -5,8 +5,8 @@ librdkafka evicts a member whose application has not called ``poll()``/``consume
 thread ("the keeper") *parks* the consumer - every assigned partition is paused inside
 librdkafka for the keepalive only, apart from the application's own pause intent - and
 polls it often enough to count as alive and to serve rebalances: every 0.1 s while the
-application holds no records, and only at three quarters of ``max.poll.interval.ms`` after the
-last poll while it holds records it was handed (a rebalance then waits for the application,
+application holds no records, and only near the end of ``max.poll.interval.ms`` after the
+last poll (:func:`holding_margin`) while it holds records it was handed (a rebalance then waits for the application,
 as for a busy raw consumer, so that a revoked partition's records are not read again by its
 next owner). Anything those polls
 return waits in the read-ahead (:mod:`._reader`) for the application's next call, where
@@ -50,6 +50,13 @@ KeepaliveMode = Literal["auto", "off"]
 #: at most one keeper poll for the client lock.
 PARKED_POLL_INTERVAL = 0.1
 
+
+
+def holding_margin(max_poll: float) -> float:
+    """How long before ``max_poll`` seconds run out the keeper polls a consumer whose application
+    holds records: a quarter of it, but at least 2 s (half of it when shorter), since a busy
+    machine can wake the keeper that late; 3 s: 1.5 s, 300 s (the default): 75 s."""
+    return max(0.25 * max_poll, min(0.5 * max_poll, 2.0))
 
 class KeepaliveHost(Protocol):
     """What the keeper needs from its consumer: all it may do to it."""
@@ -109,9 +116,8 @@ class Keeper:
         self.after = after
         self.ceiling = ceiling
         #: While the application holds records, the keeper polls only this long after the last
-        #: poll: three quarters of max.poll.interval.ms (at least ``after``), which leaves a quarter
-        #: of it as the margin librdkafka's own check needs.
-        self.holding_poll_every = max(after, 0.75 * max_poll) if max_poll else after
+        #: poll: max.poll.interval.ms less a margin for a late wake-up (at least ``after``).
+        self.holding_poll_every = max(after, max_poll - holding_margin(max_poll)) if max_poll else after
         self._cond = threading.Condition()
         self._depth = 0  # open manual keepalive() blocks
         self.auto_parked = False
