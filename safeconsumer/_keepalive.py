@@ -51,12 +51,12 @@ KeepaliveMode = Literal["auto", "off"]
 PARKED_POLL_INTERVAL = 0.1
 
 
-
 def holding_margin(max_poll: float) -> float:
     """How long before ``max_poll`` seconds run out the keeper polls a consumer whose application
     holds records: a quarter of it, but at least 2 s (half of it when shorter), since a busy
     machine can wake the keeper that late; 3 s: 1.5 s, 300 s (the default): 75 s."""
     return max(0.25 * max_poll, min(0.5 * max_poll, 2.0))
+
 
 class KeepaliveHost(Protocol):
     """What the keeper needs from its consumer: all it may do to it."""
