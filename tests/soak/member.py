@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
 import re
 import signal
@@ -336,7 +337,9 @@ def main() -> None:
     parser.add_argument("--commit-interval-ms", type=int, default=DEFAULT_COMMIT_INTERVAL_MS)
     parser.add_argument("--raw", action="store_true", help="the baseline: a raw Consumer, no pauses, no checks")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # SOAK_MEMBER_LOG_LEVEL=INFO (with the controller's --keep-logs) shows each member's rebalances.
+    level = os.environ.get("SOAK_MEMBER_LOG_LEVEL", "WARNING")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     protocol: Protocol = args.protocol
     conf = KafkaTestKit(args.bootstrap).consumer_conf(
         args.group,

@@ -72,14 +72,17 @@ class Figures:
     produced: int = 0
     delivered: int = 0
     duplicates: int = 0
-    #: Duplicates whose first delivery was by a member SIGKILLed later (at-least-once's price), and
-    #: the rest: read again although whoever first had them was never killed (a handoff at a
-    #: rebalance or a clean close that did not carry the offset over).
+    #: Duplicates delivered again after the member that first had them was SIGKILLed (at-least-once's
+    #: price), and the rest: read again while whoever first had them was alive or had closed (a
+    #: handoff at a rebalance or a clean close that did not carry the offset over).
     after_kill: int = 0
     #: Of ``after_kill``: records the killed member was still working on (handed out, and it had
     #: not come back for more). I8 has them delivered again by design; raw had stored them at
     #: hand-out, so its app's unfinished work is skipped instead.
     unfinished_at_kill: int = 0
+    #: ``after_kill`` per killed member, largest first: one kill right after a backlog was read
+    #: (a broker fault held the group up) can account for most of a run's duplicates.
+    per_kill: list[int] = field(default_factory=list)
     kills: int = 0
     terms: int = 0
     starts: int = 0
@@ -124,6 +127,9 @@ class Figures:
         out += [f"  violation: {v}" for v in self.violations[:20]]
         if len(self.violations) > 20:
             out.append(f"  ... and {len(self.violations) - 20} more violations")
+        if self.per_kill:
+            shown = ", ".join(f"{n:,}" for n in self.per_kill[:5])
+            out.append(f"  read again after a kill, by killed member, largest first: {shown}")
         out += [f"  fault: {f}" for f in self.faults]
         out += [f"  failure: {f}" for f in self.failures]
         return "\n".join(out)
@@ -223,8 +229,13 @@ class Soak:
         raw: bool = False,
         faults: Cluster | None = None,
         fault_every: float = 20.0,
+        keep_logs: bool = False,
     ) -> None:
         self.kit = kit
+        #: Keep the member logs, with ``events.txt`` (starts, kills, terms, faults) and
+        #: ``duplicates.txt`` (each delivery again: when, the record, who had it first, who now).
+        self.keep_logs = keep_logs
+        self._events: list[str] = []
         #: The two-broker cluster ``kit`` is on, to inflict broker faults on (None: no faults).
         self.cluster = faults
         self.fault_every = fault_every
@@ -250,14 +261,19 @@ class Soak:
         #: Which member first had each record, and the members SIGKILLed (to explain duplicates).
         self._first: dict[Key, int] = {}
         self._killed: set[int] = set()
+        #: Per record, deliveries after the member that first had it was SIGKILLed.
+        self._after_kill: Counter[Key] = Counter()
         #: Records killed members were still working on when they died.
         self._unfinished: set[Key] = set()
         self._t0 = time.monotonic()
 
     # -- members ---------------------------------------------------------------------------
     def _say(self, text: str) -> None:
+        line = f"[{self.protocol} {time.monotonic() - self._t0:6.1f}s] {text}"
+        if self.keep_logs:
+            self._events.append(line)
         if self.verbose:
-            print(f"  [{self.protocol} {time.monotonic() - self._t0:6.1f}s] {text}", flush=True)
+            print(f"  {line}", flush=True)
 
     def _start(self, *, drain: bool = False) -> _Member:
         index = self.figures.starts
@@ -298,7 +314,14 @@ class Soak:
                     key = (int(parts[0]), int(parts[1]), int(parts[2]))
                     with self._lock:
                         self._delivered[key] += 1
-                        self._first.setdefault(key, member.index)
+                        first = self._first.setdefault(key, member.index)
+                        if first in self._killed and first != member.index:
+                            self._after_kill[key] += 1
+                        if self.keep_logs and self._delivered[key] > 1:
+                            self._events.append(
+                                f"{time.monotonic() - self._t0:7.2f}s again {key} first member {first} "
+                                f"({'killed' if first in self._killed else 'not killed'}) now member {member.index}"
+                            )
                     member.records += 1
                     member.holding.append(key)
             elif kind == "B":
@@ -556,14 +579,18 @@ class Soak:
         with self._lock:
             self.figures.delivered = sum(self._delivered.values())
             self.figures.duplicates = self.figures.delivered - len(self._delivered)
-            self.figures.after_kill = sum(
-                n - 1 for key, n in self._delivered.items() if n > 1 and self._first[key] in self._killed
-            )
-            self.figures.unfinished_at_kill = sum(
-                n - 1 for key, n in self._delivered.items() if n > 1 and key in self._unfinished
-            )
+            self.figures.after_kill = sum(self._after_kill.values())
+            by_member: Counter[int] = Counter()
+            for key, n in self._after_kill.items():
+                by_member[self._first[key]] += n
+            self.figures.per_kill = sorted(by_member.values(), reverse=True)
+            self.figures.unfinished_at_kill = sum(n for key, n in self._after_kill.items() if key in self._unfinished)
         self.figures.lost = len(self._missing(ends))
-        if self.figures.ok:
+        if self.keep_logs:
+            wall_t0 = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - (time.monotonic() - self._t0)))
+            (self.log_dir / "events.txt").write_text(f"t=0 at {wall_t0}\n" + "\n".join(self._events) + "\n")
+            print(f"  member logs and events kept in {self.log_dir}", flush=True)
+        elif self.figures.ok:
             shutil.rmtree(self.log_dir, ignore_errors=True)
         else:
             self.figures.failures.append(f"member logs kept in {self.log_dir}")
@@ -592,6 +619,9 @@ def main(argv: list[str] | None = None) -> int:
         "--no-faults", action="store_true", help="one broker and no broker faults (default: two brokers, faults)"
     )
     parser.add_argument("--fault-every", type=float, default=20.0, help="seconds between broker faults (default 20)")
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep member logs and events.txt (starts, kills, faults, duplicates)"
+    )
     parser.add_argument(
         "--raw-baseline",
         action="store_true",
@@ -633,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
                 "verbose": args.verbose,
                 "faults": cluster,
                 "fault_every": args.fault_every,
+                "keep_logs": args.keep_logs,
             }
             seeds = [args.seed] if args.runs <= 1 else [f"{args.seed}-{i}" for i in range(1, args.runs + 1)]
             for protocol in protocols:
