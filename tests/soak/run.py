@@ -83,6 +83,11 @@ class Figures:
     #: ``after_kill`` per killed member, largest first: one kill right after a backlog was read
     #: (a broker fault held the group up) can account for most of a run's duplicates.
     per_kill: list[int] = field(default_factory=list)
+    #: Of the rest: delivered again while the member that first had it still held it (it had not
+    #: come back for more): its partition moved while the application worked on it (long work in
+    #: a keepalive served the revocation, or the member closed holding it). I8 stores such a
+    #: record only once the application comes back, so its next owner reads it again.
+    held_by_first: int = 0
     kills: int = 0
     terms: int = 0
     starts: int = 0
@@ -105,7 +110,8 @@ class Figures:
         return (
             f"{self.protocol:18} produced {self.produced:>7}  delivered {self.delivered:>7}  "
             f"duplicates {self.duplicates:>6} ({self.after_kill} after kills, of them {self.unfinished_at_kill} "
-            f"unfinished at the kill; {self.duplicates - self.after_kill} not) "
+            f"unfinished at the kill; {self.duplicates - self.after_kill} not, of them {self.held_by_first} "
+            f"still held by their first reader) "
             f"kills {self.kills:>3}  terms {self.terms:>3}  starts {self.starts:>3}  "
             f"violations {len(self.violations):>3}  lost {self.lost:>5}  stalls {self.stalls}  "
             f"faults {len(self.faults)}  "
@@ -317,6 +323,8 @@ class Soak:
                         first = self._first.setdefault(key, member.index)
                         if first in self._killed and first != member.index:
                             self._after_kill[key] += 1
+                        elif self._delivered[key] > 1 and key in self.members[first].holding:
+                            self.figures.held_by_first += 1
                         if self.keep_logs and self._delivered[key] > 1:
                             self._events.append(
                                 f"{time.monotonic() - self._t0:7.2f}s again {key} first member {first} "
