@@ -6,9 +6,9 @@ thread ("the keeper") *parks* the consumer - every assigned partition is paused 
 librdkafka for the keepalive only, apart from the application's own pause intent - and
 polls it often enough to count as alive and to serve rebalances: every 0.1 s while the
 application holds no records, and only near the end of ``max.poll.interval.ms`` after the
-last poll (:func:`holding_margin`) while it holds records it was handed (a rebalance then waits for the application,
-as for a busy raw consumer, so that a revoked partition's records are not read again by its
-next owner). Anything those polls
+last poll (:func:`holding_margin`) while it holds records it was handed (a rebalance then
+waits for the application, as for a busy raw consumer, so that a revoked partition's records
+are not read again by its next owner). Anything those polls
 return waits in the read-ahead (:mod:`._reader`) for the application's next call, where
 the gate withholds records of paused partitions: nothing is lost, nothing is delivered
 early. Parking is not the application coming back: offsets of what it holds are not

@@ -238,8 +238,8 @@ class Soak:
         keep_logs: bool = False,
     ) -> None:
         self.kit = kit
-        #: Keep the member logs, with ``events.txt`` (starts, kills, terms, faults) and
-        #: ``duplicates.txt`` (each delivery again: when, the record, who had it first, who now).
+        #: Keep the member logs, with ``events.txt``: starts, kills, terms, faults, and each delivery
+        #: again (when, the record, who had it first, who now).
         self.keep_logs = keep_logs
         self._events: list[str] = []
         #: The two-broker cluster ``kit`` is on, to inflict broker faults on (None: no faults).
@@ -323,7 +323,11 @@ class Soak:
                         first = self._first.setdefault(key, member.index)
                         if first in self._killed and first != member.index:
                             self._after_kill[key] += 1
-                        elif self._delivered[key] > 1 and key in self.members[first].holding:
+                        elif (
+                            self._delivered[key] > 1
+                            and first < len(self.members)
+                            and key in self.members[first].holding
+                        ):
                             self.figures.held_by_first += 1
                         if self.keep_logs and self._delivered[key] > 1:
                             self._events.append(

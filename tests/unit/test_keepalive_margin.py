@@ -15,7 +15,7 @@ def test_the_keeper_polls_a_margin_before_max_poll_interval_runs_out(max_poll: f
     assert holding_margin(max_poll) == pytest.approx(margin)
 
 
-def test_the_margin_never_leaves_less_than_half_of_the_interval() -> None:
+def test_the_margin_is_between_a_quarter_and_half_of_the_interval() -> None:
     for tenths in range(1, 4000):
         max_poll = tenths / 10
         assert 0.25 * max_poll <= holding_margin(max_poll) <= 0.5 * max_poll
