@@ -2,7 +2,7 @@
 
 Each public method checks its arguments (upstream's own checks, :mod:`._upstream`), checks the
 consumer's state (:mod:`._lifecycle`; on a stopped consumer upstream's own method answers, see
-:func:`_guarded`), and hands the work to the part that owns it, under the consumer's re-entrant
+:func:`._upstream.guarded`), and hands the work to the part that owns it, under the consumer's re-entrant
 client lock where it touches librdkafka or shared state. :mod:`._assembly` judges the config and
 options, then builds and wires the parts once, in ``__init__``; docs/architecture.md draws them.
 
@@ -69,7 +69,6 @@ _DEFAULT_COMMIT_RETRY = CommitRetry()
 _FOREVER = float(-1)
 _ONE = float(1)
 
-_F = TypeVar("_F", bound=Callable[..., Any])
 _R = TypeVar("_R")
 
 
@@ -173,6 +172,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         return f"<SafeConsumer group={self._life.group_id!r} {self._life.state.value}>"
 
     def _delivery_stats(self) -> DeliveryStats:
+        """What :func:`delivery_stats` and the deprecated method of the same name answer."""
         with self._lock:
             return self._gate.stats()
 
@@ -232,8 +232,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         lock.acquire()
         try:
             if life.state is _CLOSED:  # closed meanwhile, by another thread
-                given = () if timeout is _FOREVER else (timeout,)
-                return cast("Message | None", self._stopped(Consumer.poll, "poll", *given))
+                return self._poll_unusual(() if timeout is _FOREVER else (timeout,), {})
             keeper = self._keeper
             if keeper.auto_parked or not keeper.app_active:
                 keeper.app_is_back()
@@ -289,8 +288,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         records. :class:`DeadLetterError` when the dead-letter topic could not be written: the record
         (and what was handed out after it) is delivered again, nothing is stored past it.
         """
-        if self._life.state is _CLOSED:
-            raise self._life.closed_error("handle")
+        self._life.check_open("handle")
         return self._poison.handle(message, handler)
 
     def process(self, message: Message) -> contextlib.AbstractContextManager[Span]:
@@ -302,8 +300,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         spans your code starts inside are its children. An exception leaving the block is
         recorded on the span and re-raised. Payloads and keys are never recorded.
         """
-        if self._life.state is _CLOSED:
-            raise self._life.closed_error("process")
+        self._life.check_open("process")
         return self._telemetry.process(message)
 
     # -- keepalive -----------------------------------------------------------------------
@@ -320,8 +317,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         threads: the consumer stays parked until the last one exits. Entering the block is
         not coming back: the offsets of what you hold are not stored until your next call.
         """
-        if self._life.state is _CLOSED:
-            raise self._life.closed_error("keepalive")
+        self._life.check_open("keepalive")
         with self._keeper.block():
             yield
 
@@ -397,23 +393,20 @@ class SafeConsumer(DeprecatedNames, Consumer):
         self._change_topics("resume_topics", topics, mark=False)
 
     def _change_topics(self, method: str, topics: object, *, mark: bool) -> None:
-        if self._life.state is _CLOSED:
-            raise self._life.closed_error(method)
+        self._life.check_open(method)
         names, patterns = parse_topic_entries(topics)
         with self._lock:
             self._rebalancer.change_topic_marks(method, names, patterns, mark=mark)
 
     def paused(self) -> list[TopicPartition]:
         """The effectively paused partitions of the current assignment, sorted."""
-        if self._life.state is _CLOSED:
-            raise self._life.closed_error("paused")
+        self._life.check_open("paused")
         with self._lock:
             return self._rebalancer.paused()
 
     def pause_state(self) -> PauseState:
         """A frozen snapshot of pause intent (consumer, topics, patterns, partitions) and its effect."""
-        if self._life.state is _CLOSED:
-            raise self._life.closed_error("pause_state")
+        self._life.check_open("pause_state")
         with self._lock:
             return self._rebalancer.pause_state(parked=self._keeper.parked)
 
@@ -499,8 +492,7 @@ def consume_available(consumer: SafeConsumer, num_messages: int, timeout: float)
     """``consume()`` as kafka-python's ``poll()`` reads (:mod:`safeconsumer.kafka_python`): up to
     ``num_messages`` records and error events, returned as soon as there are any, else after
     ``timeout`` seconds (< 0: none). Every guarantee of ``consume()`` holds."""
-    if consumer._life.state is _CLOSED:
-        raise consumer._life.closed_error("poll")
+    consumer._life.check_open("poll")
     return consumer._consume(num_messages, timeout, available=True)
 
 

@@ -142,6 +142,12 @@ class Lifecycle:
         """The PEP 678 note of an error raised for ``method`` on a stopped consumer."""
         return f"SafeConsumer for group {self.group_id!r} is closed: cannot call {method}()"
 
+    def check_open(self, method: str) -> None:
+        """The state guard of an addition (``pause_topics``, ``paused``, ...): on a stopped consumer
+        it raises :meth:`closed_error`."""
+        if self.state is State.CLOSED:
+            raise self.closed_error(method)
+
     def closed_error(self, method: str) -> FatalConsumerError | ConsumerClosedError:
         """The error an addition (``pause_topics``, ``paused``, ...) raises on a stopped consumer:
         the fatal error that stopped it, else upstream's ``RuntimeError("Consumer closed")`` (a

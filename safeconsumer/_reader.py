@@ -47,6 +47,11 @@ def _is_some(polled: object) -> bool:
     return polled is not None
 
 
+def _rest(timeout: float, until: float, now: float) -> float:
+    """What is left at ``now`` of a poll(``timeout``) due to end at ``until`` (< 0: for ever)."""
+    return timeout if timeout < 0 else max(0.0, until - now)
+
+
 class Reader:
     """Reads records from librdkafka and hands them out through the gate."""
 
@@ -165,7 +170,7 @@ class Reader:
                     self._ahead_epoch = epoch if unchanged else -1
                     if not ahead:
                         # A revocation those reads served took it: wait for the rest of the timeout.
-                        wait = timeout if timeout < 0 else max(0.0, until - now)
+                        wait = _rest(timeout, until, now)
                         continue
                     msg = ahead.popleft()
                 trusted = table.epoch == epoch
@@ -181,7 +186,7 @@ class Reader:
             # Withheld or dropped: keep serving the caller for the rest of its timeout, as upstream's
             # poll() waits for a record it may return.
             now = _monotonic()
-            wait = timeout if timeout < 0 else max(0.0, until - now)
+            wait = _rest(timeout, until, now)
 
     def consume(self, num_messages: int, timeout: float, *, available: bool = False) -> list[Message]:
         """consume(): withheld records released first, then read-ahead, then new records.

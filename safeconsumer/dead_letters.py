@@ -161,10 +161,7 @@ def add_command(commands: Any) -> None:
     parser.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")
     parser.add_argument("--topic", required=True, help="the dead-letter topic")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    add_config_option(
-        parser,
-        "a librdkafka setting",
-    )
+    add_config_option(parser, "a librdkafka setting")
     parser.add_argument(
         "--replay",
         metavar="PARTITION:OFFSET[,...]|all",
