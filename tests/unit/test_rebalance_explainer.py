@@ -212,6 +212,7 @@ def test_the_admin_client_gets_the_connection_settings_and_no_consumer_settings(
         "sasl.password": "p",
         "ssl.ca.location": "/ca",
         "client.id": "app-health",
+        "enable.metrics.push": False,
     }
 
 
