@@ -350,6 +350,8 @@ def main() -> None:
         # would show within a run.
         socket_timeout_ms=5000,
     )
+    if logging.getLogger().isEnabledFor(logging.INFO):
+        conf["on_commit"] = _log_commit  # which commits failed, and which offsets went through
     if args.raw:
         if args.drain:
             _drain.set()  # a member started for the drain acknowledges it ("D") like the others
@@ -378,6 +380,12 @@ def main() -> None:
         # Also on an unexpected exception (the process then exits 1 with its traceback on stderr):
         # records already handed out must reach the parent.
         member.flush()
+
+
+def _log_commit(err: object, partitions: list[TopicPartition]) -> None:
+    """librdkafka's offset-commit callback (members logging at INFO): the outcome and the offsets."""
+    offsets = " ".join(f"{tp.topic}/{tp.partition}@{tp.offset}" for tp in partitions if tp.offset >= 0)
+    logging.getLogger("soak.member").info("commit %s: %s", "ok" if err is None else err, offsets or "-")
 
 
 def raw_main(c: Consumer, topics: list[str], rng: random.Random) -> None:

@@ -81,8 +81,10 @@ class Figures:
     #: hand-out, so its app's unfinished work is skipped instead.
     unfinished_at_kill: int = 0
     #: ``after_kill`` per killed member, largest first: one kill right after a backlog was read
-    #: (a broker fault held the group up) can account for most of a run's duplicates.
-    per_kill: list[int] = field(default_factory=list)
+    #: (a broker fault held the group up) can account for most of a run's duplicates. Each with
+    #: the member and how long it had been reading when it was killed: (count, member, seconds
+    #: from its first record to the kill; None when it read nothing).
+    per_kill: list[tuple[int, int, float | None]] = field(default_factory=list)
     #: Of the rest: delivered again while the member that first had it still held it (it had not
     #: come back for more): its partition moved while the application worked on it (long work in
     #: a keepalive served the revocation, or the member closed holding it). I8 stores such a
@@ -134,7 +136,10 @@ class Figures:
         if len(self.violations) > 20:
             out.append(f"  ... and {len(self.violations) - 20} more violations")
         if self.per_kill:
-            shown = ", ".join(f"{n:,}" for n in self.per_kill[:5])
+            shown = ", ".join(
+                f"{n:,} (member {index}{'' if took is None else f', killed {took:.1f}s after its first record'})"
+                for n, index, took in self.per_kill[:5]
+            )
             out.append(f"  read again after a kill, by killed member, largest first: {shown}")
         out += [f"  fault: {f}" for f in self.faults]
         out += [f"  failure: {f}" for f in self.failures]
@@ -160,6 +165,9 @@ class _Member:
         self.reader: threading.Thread | None = None
         self.records = 0  # R lines it printed
         self.started = time.monotonic()
+        #: When its first record arrived, and when it was SIGKILLed (monotonic; None: not yet).
+        self.first_record_at: float | None = None
+        self.killed_at: float | None = None
 
     @property
     def running(self) -> bool:
@@ -335,6 +343,8 @@ class Soak:
                                 f"({'killed' if first in self._killed else 'not killed'}) now member {member.index}"
                             )
                     member.records += 1
+                    if member.first_record_at is None:
+                        member.first_record_at = time.monotonic()
                     member.holding.append(key)
             elif kind == "B":
                 member.holding.clear()
@@ -352,9 +362,17 @@ class Soak:
             elif kind == "C":
                 member.closed.set()
 
+    def _reading_for(self, index: int) -> float | None:
+        """Seconds from member ``index``'s first record to its SIGKILL (None: it read nothing)."""
+        member = self.members[index]
+        if member.first_record_at is None or member.killed_at is None:
+            return None
+        return max(0.0, member.killed_at - member.first_record_at)
+
     def _kill(self, member: _Member) -> None:
         member.expect = "kill"
         member.proc.send_signal(signal.SIGKILL)
+        member.killed_at = time.monotonic()
         self.figures.kills += 1
         self._killed.add(member.index)
         self._say(f"SIGKILL member {member.index}")
@@ -595,7 +613,9 @@ class Soak:
             by_member: Counter[int] = Counter()
             for key, n in self._after_kill.items():
                 by_member[self._first[key]] += n
-            self.figures.per_kill = sorted(by_member.values(), reverse=True)
+            self.figures.per_kill = sorted(
+                ((n, index, self._reading_for(index)) for index, n in by_member.items()), reverse=True
+            )
             self.figures.unfinished_at_kill = sum(n for key, n in self._after_kill.items() if key in self._unfinished)
         self.figures.lost = len(self._missing(ends))
         if self.keep_logs:
