@@ -1,6 +1,6 @@
 """The child process of the peak-RSS measurement in :mod:`benchmarks.throughput`.
 
-    python -m benchmarks._rss_child {raw|safe|otel} BOOTSTRAP TOPIC GROUP RECORDS FETCH_QUEUE_BACKOFF_MS
+    python -m benchmarks._rss_child {raw|imported|safe|otel} BOOTSTRAP TOPIC GROUP RECORDS FETCH_QUEUE_BACKOFF_MS
                                     [{consume|poll} [SLOW_MIB_PER_S]]
 
 Reads RECORDS records of TOPIC with ``consume(500)`` (or ``poll()``) in a fresh group, closes the
@@ -8,7 +8,9 @@ consumer, and prints how many it read and its peak resident set size in KiB (``V
 /proc/self/status). With SLOW_MIB_PER_S the application is slow: it "works" (sleeps) so that it
 processes at most that many MiB of values a second, and librdkafka's buffers stay full meanwhile.
 It imports safeconsumer (and the OpenTelemetry SDK) only for the contender that uses them, so
-the raw child's peak RSS is that of a plain confluent_kafka application.
+the raw child's peak RSS is that of a plain confluent_kafka application. ``imported`` is the
+control: a raw ``Consumer`` in a process that imported safeconsumer and uses nothing of it (its
+ratio to raw is the import's cost plus the row's noise).
 
 Why not the parent's ``getrusage(RUSAGE_CHILDREN)`` or ``os.wait4``: Linux carries a process's
 ``ru_maxrss`` across fork and exec, so a child's figure is never below its parent's RSS at the
@@ -28,6 +30,9 @@ def _make(kind: str, conf: dict[str, object]) -> Consumer:
     if kind == "raw":
         return Consumer(conf)
     from safeconsumer import SafeConsumer
+
+    if kind == "imported":
+        return Consumer(conf)  # the control: raw, in a process that imported safeconsumer
 
     if kind == "safe":
         return SafeConsumer(conf)

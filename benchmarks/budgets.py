@@ -12,7 +12,8 @@ alternating with its peer (which goes first alternates by round), medians over r
 - peak RSS of a child process per contender (``VmHWM``; :mod:`benchmarks._rss_child`): small
   (1 kB) and large (500 kB) records, ``poll()`` and ``consume(500)``, a fast application and a
   slow one (it processes at most 50 MiB of values a second, so librdkafka's buffers stay full);
-  100 MiB of values per child;
+  100 MiB of values per child; the fast 1 kB rows also run a control, a raw ``Consumer`` in a
+  process that imported safeconsumer, reported after the table (not a budget);
 - ``SafeAIOConsumer`` against ``confluent_kafka.aio.AIOConsumer``, ``await consume(500)`` and
   ``await poll()``;
 - CPU of a parked ``SafeConsumer`` (inside ``keepalive()``, 4 partitions assigned) over
@@ -47,6 +48,11 @@ RECORD_SIZES = {"1 kB": 1000, "500 kB": 500_000}
 #: The slow application processes at most this many MiB of values a second.
 SLOW_MIB_PER_S = 50.0
 BACKOFF_MS = 10
+#: The RSS rows run with a third contender, the control: a raw Consumer in a process that only
+#: imported safeconsumer. A fast application's peak moves in steps of one fetch response (4 MiB
+#: here) with the race between librdkafka's fetches and the drain; the control's ratio shows how
+#: far that moves a row whose consumer is raw's own (docs/performance.md).
+CONTROLLED = ("1 kB", "fast")
 
 
 @dataclass
@@ -109,8 +115,10 @@ def _first_records(bootstrap: str, topic: str, args: argparse.Namespace) -> Line
     return Line("subscribe to first record", median_ratio(took, "safe", "raw"), 1.1, False)
 
 
-def _rss(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> list[Line]:
-    lines = []
+def _rss(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> tuple[list[Line], list[str]]:
+    """The peak-RSS lines, and the controls of the fast 1 kB rows (see ``CONTROLLED``)."""
+    lines: list[Line] = []
+    controls: list[str] = []
     for size_label, size in RECORD_SIZES.items():
         count = RSS_BYTES // size
         topic = kit.create_topic(partitions=4)
@@ -125,9 +133,13 @@ def _rss(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> list[Li
                     return _peak_rss_mb(name, bootstrap, topic, count, BACKOFF_MS, extra=extra)
 
                 label = f"peak RSS, {size_label} records, {mode}(), {speed} app"
-                mib = _side_by_side(label, ["raw", "safe"], args.rss_rounds, peak, _mib)
+                controlled = (size_label, speed) == CONTROLLED
+                names = ["raw", "safe", "imported"] if controlled else ["raw", "safe"]
+                mib = _side_by_side(label, names, args.rss_rounds, peak, _mib)
                 lines.append(Line(label, median_ratio(mib, "safe", "raw"), 1.10, False))
-    return lines
+                if controlled:
+                    controls.append(f"{label}: {median_ratio(mib, 'imported', 'raw'):.2f}x")
+    return lines, controls
 
 
 def _aio(bootstrap: str, topic: str, args: argparse.Namespace) -> list[Line]:
@@ -173,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             kit.produce(topic, args.records, partitions=4, value_size=100)
             lines = _throughput(broker.bootstrap_servers, topic, args)
             lines.append(_first_records(broker.bootstrap_servers, topic, args))
-            lines += _rss(kit, broker.bootstrap_servers, args)
+            rss_lines, controls = _rss(kit, broker.bootstrap_servers, args)
+            lines += rss_lines
             lines += _aio(broker.bootstrap_servers, topic, args)
             lines.append(_parked(kit, args))
         finally:
@@ -182,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     print("| budget | measured | bound | holds |\n|---|---:|---:|:-:|")
     for line in lines:
         print(line.row())
+    if controls:
+        print("\nControls (not budgets): a raw Consumer in a process that imported safeconsumer, against raw")
+        for control in controls:
+            print(f"- {control}")
     failed = [line.what for line in lines if not line.holds]
     print(f"\n{'every budget held' if not failed else 'over budget: ' + '; '.join(failed)}", flush=True)
     return 1 if failed else 0
