@@ -59,7 +59,6 @@ logger = logging.getLogger("safeconsumer")
 _monotonic = time.monotonic
 
 _CLOSED = State.CLOSED
-_OPEN = State.OPEN
 
 _DEFAULT_COMMIT_RETRY = CommitRetry()
 
@@ -197,9 +196,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
     @guarded
     def unsubscribe(self) -> None:
         with self._lock:
-            self._gate.flush(force=True)  # stored before unsubscribe (I9)
-            self._client.call(Consumer.unsubscribe)
-            self._rebalancer.unsubscribed()
+            self._rebalancer.unsubscribe()
 
     # -- consuming -----------------------------------------------------------------------
     def poll(self, timeout: Any = _FOREVER, /, *args: Any, **kwargs: Any) -> Message | None:
@@ -233,10 +230,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         try:
             if life.state is _CLOSED:  # closed meanwhile, by another thread
                 return self._poll_unusual(() if timeout is _FOREVER else (timeout,), {})
-            keeper = self._keeper
-            if keeper.auto_parked or not keeper.app_active:
-                keeper.app_is_back()
-            life.raise_deferred()
+            self._app_back()
             return self._reader.poll(float(cast(float, timeout)))
         finally:
             lock.release()
@@ -271,11 +265,16 @@ class SafeConsumer(DeprecatedNames, Consumer):
 
     def _consume(self, num_messages: int, timeout: float, *, available: bool = False) -> list[Message]:
         with self._lock:
-            keeper = self._keeper
-            if keeper.auto_parked or not keeper.app_active:
-                keeper.app_is_back()
-            self._life.raise_deferred()
+            self._app_back()
             return self._reader.consume(num_messages, timeout, available=available)
+
+    def _app_back(self) -> None:
+        """The application's poll()/consume() came (lock held): the keeper hears it is back, and an
+        error deferred from the keeper's thread is raised now."""
+        keeper = self._keeper
+        if keeper.auto_parked or not keeper.app_active:
+            keeper.app_is_back()
+        self._life.raise_deferred()
 
     def handle(self, message: Message, handler: Callable[[Message], _R]) -> _R | None:
         """Run ``handler(message)`` under the consumer's poison policy (``poison=``).
@@ -347,8 +346,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
 
     def owns(self, tp_or_message: TopicPartition | Message | tuple[str, int]) -> bool:
         """Whether this consumer owns that partition right now (a TopicPartition, Message or key)."""
-        if self._life.state is _CLOSED:
-            raise self._life.closed_error("owns")
+        self._life.check_open("owns")
         return partition_key(tp_or_message) in self._table.owned
 
     # -- pause ---------------------------------------------------------------------------

@@ -191,7 +191,7 @@ class PartitionTable:
         in a replacing assignment): their partition marks must go.
 
         Called by the rebalancer's assign() (replace), incremental_assign() and on_assign (not replacing), and
-        unsubscribed() (no keys: limbo resolved). Changes ``owned``, ``limbo``, ``resume_at``, ``ahead``,
+        unsubscribe() (no keys: limbo resolved). Changes ``owned``, ``limbo``, ``resume_at``, ``ahead``,
         ``epoch``, ``maybe_releasable`` and the purge counts.
         """
         new = dict.fromkeys(keys)

@@ -97,7 +97,7 @@ class Rebalancer:
         self.user_on_revoke: RebalanceCallback | None = None
         self.user_on_lost: RebalanceCallback | None = None
         #: The topics of the subscribe() in force (None: none): an eager revocation may then be
-        #: followed by a re-assignment. Changed by subscribe() and unsubscribed() only.
+        #: followed by a re-assignment. Changed by subscribe() and unsubscribe() only.
         self.subscription: list[str] | None = None
         #: close() (or a fatal stop) has begun: revocations are final. The consumer's lifecycle answers.
         self._closing = closing
@@ -486,8 +486,11 @@ class Rebalancer:
             )
         return keys
 
-    def unsubscribed(self) -> None:
-        """Called by the facade's unsubscribe() (lock held): the coming revocation of what is owned is final."""
+    def unsubscribe(self) -> None:
+        """Called by the facade's unsubscribe() (lock held): what was processed is stored first (I9),
+        librdkafka unsubscribes, and the coming revocation of what is owned is final."""
+        self._gate.flush(force=True)
+        self._client.call(Consumer.unsubscribe)
         self.subscription = None
         self._unsubscribed = set(self._table.owned)
         # Eager limbo waits for a re-assignment that will not come now.

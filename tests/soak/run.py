@@ -272,9 +272,8 @@ class Soak:
         self.figures = Figures(f"raw {protocol}" if raw else protocol)
         self._lock = threading.Lock()
         self._delivered: Counter[Key] = Counter()
-        #: Which member first had each record, and the members SIGKILLed (to explain duplicates).
+        #: Which member first had each record (to explain duplicates).
         self._first: dict[Key, int] = {}
-        self._killed: set[int] = set()
         #: Per record, deliveries after the member that first had it was SIGKILLed.
         self._after_kill: Counter[Key] = Counter()
         #: Records killed members were still working on when they died.
@@ -312,8 +311,8 @@ class Soak:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
         member = _Member(index, proc, log_path, log)
         member.reader = threading.Thread(target=self._read, args=(member,), name=f"soak-read-{index}", daemon=True)
+        self.members.append(member)  # before its first line is read: records name their first reader by index
         member.reader.start()
-        self.members.append(member)
         self._say(f"start member {index} (pid {proc.pid}){' in drain mode' if drain else ''}")
         return member
 
@@ -329,18 +328,15 @@ class Soak:
                     with self._lock:
                         self._delivered[key] += 1
                         first = self._first.setdefault(key, member.index)
-                        if first in self._killed and first != member.index:
+                        killed = self.members[first].killed_at is not None
+                        if killed and first != member.index:
                             self._after_kill[key] += 1
-                        elif (
-                            self._delivered[key] > 1
-                            and first < len(self.members)
-                            and key in self.members[first].holding
-                        ):
+                        elif self._delivered[key] > 1 and key in self.members[first].holding:
                             self.figures.held_by_first += 1
                         if self.keep_logs and self._delivered[key] > 1:
                             self._events.append(
                                 f"{time.monotonic() - self._t0:7.2f}s again {key} first member {first} "
-                                f"({'killed' if first in self._killed else 'not killed'}) now member {member.index}"
+                                f"({'killed' if killed else 'not killed'}) now member {member.index}"
                             )
                     member.records += 1
                     if member.first_record_at is None:
@@ -374,7 +370,6 @@ class Soak:
         member.proc.send_signal(signal.SIGKILL)
         member.killed_at = time.monotonic()
         self.figures.kills += 1
-        self._killed.add(member.index)
         self._say(f"SIGKILL member {member.index}")
 
     def _term(self, member: _Member) -> None:
