@@ -37,6 +37,20 @@ logger = logging.getLogger("safeconsumer")
 
 _consume = Consumer.consume
 _error = Message.error
+#: Calls that leave librdkafka's application positions as they are: every other call counts as a
+#: move (see :attr:`RawClient.moves`).
+_KEEP_POSITIONS = frozenset(
+    {
+        Consumer.position,
+        Consumer.store_offsets,
+        Consumer.commit,
+        Consumer.committed,
+        Consumer.assignment,
+        Consumer.offsets_for_times,
+        Consumer.get_watermark_offsets,
+        Consumer.list_topics,
+    }
+)
 
 FatalHandler = Callable[[FatalConsumerError, KafkaError], NoReturn]
 
@@ -88,6 +102,11 @@ class RawClient:
         self.auth: AuthWatch | None = None
         #: A fatal error reported through ``error_cb`` inside a call, raised once the call returns.
         self._pending: FatalConsumerError | None = None
+        #: Reads (``consume()``/``poll()``) and calls that may move an application position (seek,
+        #: assign, pause, ...) so far: a position read between two reads, with no move since, tells
+        #: exactly how far the second read advanced each partition (see ``DeliveryGate``).
+        self.reads = 0
+        self.moves = 0
 
     # -- error translation -----------------------------------------------------------------
     def check_event(self, error: KafkaError) -> None:
@@ -137,6 +156,8 @@ class RawClient:
 
     def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``method`` (a ``Consumer`` method) on the raw client, with its errors translated."""
+        if method not in _KEEP_POSITIONS:
+            self.moves += 1
         try:
             return method(self._live(), *args, **kwargs)
         except KafkaException as exc:
@@ -145,6 +166,7 @@ class RawClient:
     # -- reading -----------------------------------------------------------------------------
     def consume(self, num_messages: int, timeout: float) -> tuple[list[Message], bool]:
         """A batch from librdkafka, and whether it holds error events (each one classified)."""
+        self.reads += 1
         try:
             batch = _consume(self._live(), num_messages, timeout)
         except KafkaException as exc:
@@ -160,6 +182,7 @@ class RawClient:
         return batch, errors
 
     def poll(self, timeout: float) -> Message | None:
+        self.reads += 1
         try:
             msg = Consumer.poll(self._live(), timeout)
         except KafkaException as exc:

@@ -26,7 +26,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 
 from ._client import RawClient
 from ._keys import Key
@@ -36,6 +36,22 @@ logger = logging.getLogger("safeconsumer")
 
 _topic = Message.topic
 _partition = Message.partition
+
+#: Up to this many owned partitions, an SDK's per-partition counts of a batch come from one
+#: ``position()`` call (see :meth:`DeliveryGate._tally`); with more, from the records.
+TALLY_PARTITIONS = 16
+
+
+@dataclass(slots=True)
+class _Positions:
+    """librdkafka's positions of the owned partitions, read right after a read (``reads``)."""
+
+    reads: int
+    moves: int
+    epoch: int
+    keys: list[Key]
+    partitions: list[TopicPartition]
+    offsets: list[int]
 
 
 def next_offset(msg: Message) -> TopicPartition:
@@ -84,6 +100,8 @@ class DeliveryGate:
         self.auto_store = auto_store
         self.flush_interval = flush_interval
         self.last_flush = time.monotonic()
+        #: Positions read after the last batch counted per partition (see _tally()).
+        self._positions: _Positions | None = None
 
     def stop_storing(self) -> None:
         """Called by :meth:`._lifecycle.Lifecycle.fail`: records librdkafka returned will never be
@@ -153,9 +171,56 @@ class DeliveryGate:
         drop per record.
         """
         if not errors and self._deliverable(msgs, unchanged=unchanged):
-            self._table.count_delivered(msgs)
+            table = self._table
+            table.count_delivered(msgs, self._tally(len(msgs)) if table.consumed is not None else None)
             return msgs
         return self._admit_each(msgs)
+
+    def _tally(self, count: int) -> list[tuple[Key, int]] | None:
+        """How many records of each partition the batch of ``count`` just read holds, from librdkafka's
+        positions; None when they cannot tell (the table then counts record by record).
+
+        Only an OpenTelemetry SDK needs the count per partition. A read moves each partition's position
+        past the records it returned: by exactly their number, or more where offsets were skipped
+        (compaction, transaction markers, aborted records), never less. So when the moves, measured
+        from the positions read right after the previous read (nothing read or moved since), add up
+        to the batch's length, each move *is* its partition's count. One ``position()`` call instead
+        of a pass over every record; the positions it reads measure the next batch.
+
+        Called by admit_batch() for an error-free batch wholly handed out (lock held). Reads positions.
+        """
+        table, client = self._table, self._client
+        owned = table.owned
+        last, self._positions = self._positions, None
+        if not owned or len(owned) > TALLY_PARTITIONS:
+            return None
+        fresh = (
+            last is not None
+            and last.reads == client.reads - 1
+            and last.moves == client.moves
+            and last.epoch == table.epoch
+        )
+        if last is not None and fresh:
+            keys, partitions = last.keys, last.partitions
+        else:
+            keys = sorted(owned)
+            partitions = [TopicPartition(topic, partition) for topic, partition in keys]
+        try:
+            now = [tp.offset for tp in client.positions(partitions)]
+        except KafkaException:
+            return None
+        self._positions = _Positions(client.reads, client.moves, table.epoch, keys, partitions, now)
+        if last is None or not fresh:
+            return None
+        tally: list[tuple[Key, int]] = []
+        total = 0
+        for key, before, after in zip(keys, last.offsets, now, strict=True):
+            if after != before:
+                if before < 0 or after < before:
+                    return None
+                tally.append((key, after - before))
+                total += after - before
+        return tally if total == count else None
 
     def _deliverable(self, msgs: list[Message], *, unchanged: bool) -> bool:
         """Whether every record of an error-free batch may go out now (C-level passes only)."""

@@ -417,13 +417,19 @@ class PartitionTable:
         """
         self.purged["unowned"] += count
 
-    def count_delivered(self, msgs: list[Message]) -> None:
+    def count_delivered(self, msgs: list[Message], tally: list[tuple[Key, int]] | None = None) -> None:
         """Called by the gate (fill_lane, admit_batch) and by release(). Records handed out: counts ``delivered``
-        (and ``consumed``), marks ``dirty``.
+        (and ``consumed``: from ``tally``, the batch's count per partition when the gate already knows it, else
+        record by record), marks ``dirty``.
         """
         self.delivered += len(msgs)
-        if self.consumed is not None:
-            self._count_consumed(self.consumed, msgs)
+        consumed = self.consumed
+        if consumed is not None:
+            if tally is None:
+                self._count_consumed(consumed, msgs)
+            else:
+                for key, count in tally:
+                    consumed[key] += count
         self.dirty = True
 
     def _count_consumed(self, consumed: Counter[tuple[str | None, int | None]], msgs: list[Message]) -> None:

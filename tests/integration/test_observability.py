@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 from opentelemetry import propagate
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -23,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from safeconsumer import CommitRetry, GroupMaxSizeReachedError, SafeConsumer, delivery_stats
+from safeconsumer._delivery import DeliveryGate
 from safeconsumer.testing import Broker, KafkaTestKit, Protocol, launch_broker, wait_until
 
 from ..support import FULL_GROUP_LIMITS, Received, fatal_error_of, full_group, pump
@@ -177,6 +179,65 @@ def test_metrics_and_spans_follow_the_scenario(
     )
     assert any(r.levelno == logging.WARNING and "purged" in r.getMessage() for r in all_logs.records)
     _assert_nothing_leaked(otel, all_logs)
+
+
+def test_consumed_counts_stay_exact_across_skipped_offsets_when_positions_count_them(
+    kafka: KafkaTestKit, protocol: Protocol, otel: Otel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an SDK, a batch's count per partition comes from librdkafka's positions when their moves
+    add up to the batch (one position() call instead of reading every record). Transaction markers
+    and aborted records move a position past offsets no record was returned for: such a batch is
+    counted record by record. The counts stay exact either way, and the position path is taken."""
+    topic = kafka.create_topic(partitions=2)
+    tallies: list[object] = []
+    tally = DeliveryGate._tally
+
+    def spy(gate: DeliveryGate, count: int) -> object:
+        result = tally(gate, count)
+        tallies.append(result)
+        return result
+
+    monkeypatch.setattr(DeliveryGate, "_tally", spy)
+    c = SafeConsumer(kafka.consumer_conf(kafka.name("g"), protocol), **otel.options())
+    seen: dict[int, int] = {0: 0, 1: 0}
+
+    def read(want: dict[int, int], size: int) -> None:
+        deadline = time.monotonic() + 60
+        while seen != want and time.monotonic() < deadline:
+            for msg in c.consume(size, 0.5):
+                if msg.error() is None:
+                    seen[cast(int, msg.partition())] += 1
+        assert seen == want
+
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": kafka.name("tx")})
+    try:
+        # Both partitions have positions before the transactions: small batches then read across
+        # their markers and aborted records with the positions of the read before them at hand.
+        for partition in (0, 1):
+            for _ in range(10):
+                kafka.producer.produce(topic, value=b"p", partition=partition)
+        kafka.producer.flush(30)
+        c.subscribe([topic])
+        read({0: 10, 1: 10}, 500)
+        producer.init_transactions(30)
+        for n in range(9):  # partition 0: 6 committed transactions of 40 records, 3 aborted ones
+            producer.begin_transaction()
+            for _ in range(40):
+                producer.produce(topic, value=b"t", partition=0)
+            producer.flush(10)
+            if n % 3 == 2:
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+        for _ in range(200):
+            kafka.producer.produce(topic, value=b"p", partition=1)
+        kafka.producer.flush(30)
+        read({0: 250, 1: 210}, 7)
+        consumed = otel.points("messaging.client.consumed.messages")
+        assert {a["messaging.destination.partition.id"]: p.value for a, p in consumed} == {"0": 250, "1": 210}
+        assert any(t is not None for t in tallies), "no batch was counted from positions"
+    finally:
+        c.close()
 
 
 def test_process_span_continues_the_upstream_trace(

@@ -16,18 +16,18 @@ class _Store:
 
     def __init__(self) -> None:
         self.calls: list[list[tuple[str, int, int]]] = []
-        self.positions: dict[tuple[str, int], int] = {}
+        self.at: dict[tuple[str, int], int] = {}
 
     def store(self, offsets: list[TopicPartition]) -> None:
         self.calls.append(sorted((tp.topic, tp.partition, tp.offset) for tp in offsets))
 
     def position(self, keys: list[tuple[str, int]]) -> list[TopicPartition]:
-        return [TopicPartition(t, p, self.positions.get((t, p), -1001)) for t, p in sorted(keys)]
+        return [TopicPartition(t, p, self.at.get((t, p), -1001)) for t, p in sorted(keys)]
 
     def msg(self, topic: str, partition: int, offset: int) -> Message:
         """A record as librdkafka returns it: its position moves past it."""
         key = (topic, partition)
-        self.positions[key] = max(self.positions.get(key, 0), offset + 1)
+        self.at[key] = max(self.at.get(key, 0), offset + 1)
         return Message(topic=topic, partition=partition, offset=offset, value=b"%d" % offset)
 
 
@@ -220,3 +220,136 @@ def test_records_popped_from_the_lane_after_a_store_are_stored_by_the_next_flush
     gate.table.came_back()  # the application's next call, a commit() or close()
     gate.flush(force=True)
     assert store.calls[-1] == [("a", 0, 3)], "records handed out from the lane were not stored"
+
+
+class _Reads(_Store):
+    """_Store with the read and move counts of :class:`RawClient`: ``read()`` is one consume() of
+    librdkafka, returning records and moving the position past each (``skip``: offsets skipped
+    after each record, as transaction markers or compaction leave)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.moves = 0
+        self.position_calls = 0
+
+    def positions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        self.position_calls += 1
+        return self.position([(tp.topic, tp.partition) for tp in partitions])
+
+    def read(self, records: list[tuple[str, int, int]], skip: int = 0) -> list[Message]:
+        self.reads += 1
+        out = [self.msg(*r) for r in records]
+        for topic, partition, offset in records:
+            self.at[(topic, partition)] = max(self.at[(topic, partition)], offset + 1 + skip)
+        return out
+
+
+def _sdk_gate(store: _Reads, owned: set[tuple[str, int]]) -> _Gate:
+    gate = _gate(store, owned)
+    gate.table.count_consumed()
+    return gate
+
+
+def _run(topic: str, partition: int, start: int, n: int) -> list[tuple[str, int, int]]:
+    return [(topic, partition, o) for o in range(start, start + n)]
+
+
+def test_an_sdks_counts_come_from_positions_once_a_read_is_measured_from_the_last() -> None:
+    store = _Reads()
+    gate = _sdk_gate(store, {("a", 0), ("a", 1)})
+    gate.admit_batch(store.read(_run("a", 0, 0, 3) + _run("a", 1, 0, 2)), unchanged=True, errors=False)
+    assert gate.gate._positions is not None, "the positions after the read were not kept"
+    gate.admit_batch(store.read(_run("a", 1, 2, 4) + _run("a", 0, 3, 1)), unchanged=True, errors=False)
+    assert store.position_calls == 2, "one position() call a batch"
+    assert gate.table.consumed == {("a", 0): 4, ("a", 1): 6}
+    assert gate.stats().delivered == 10
+
+
+def test_positions_that_moved_past_skipped_offsets_fall_back_to_counting_records() -> None:
+    store = _Reads()
+    gate = _sdk_gate(store, {("a", 0), ("a", 1)})
+    gate.admit_batch(store.read([*_run("a", 0, 0, 2), ("a", 1, 0)]), unchanged=True, errors=False)
+    # Partition 0 skips a marker after its record; partition 1 moved by its one record. The moves
+    # add up to 3 for 2 records: counted one by one, exactly.
+    batch = store.read([("a", 0, 2)], skip=1) + store.read([("a", 1, 1)])
+    store.reads -= 1  # one read, as far as the gate can tell
+    assert gate.gate._positions is not None and gate.gate._positions.offsets == [2, 1]
+    gate.admit_batch(batch, unchanged=True, errors=False)
+    assert gate.table.consumed == {("a", 0): 3, ("a", 1): 2}
+    # The next read is measured from the positions past the marker: counted from positions again.
+    gate.admit_batch(store.read([("a", 0, 4), ("a", 1, 2)]), unchanged=True, errors=False)
+    assert gate.gate._positions.offsets == [5, 3]
+    assert gate.table.consumed == {("a", 0): 4, ("a", 1): 3}
+
+
+def test_positions_are_trusted_only_straight_after_the_read_they_measure() -> None:
+    cases: dict[str, object] = {}
+    for case in ("moved", "read between", "assignment changed", "rewound", "first batch", "measured"):
+        store = _Reads()
+        gate = _sdk_gate(store, {("a", 0)})
+        if case != "first batch":
+            gate.admit_batch(store.read(_run("a", 0, 10, 2)), unchanged=True, errors=False)
+        if case == "moved":
+            store.moves += 1  # a seek, an assign(), a pause()...
+        elif case == "read between":
+            store.reads += 1
+        elif case == "assignment changed":
+            gate.table.assigned({("a", 1)}, replace=False)
+        elif case == "rewound":
+            store.at[("a", 0)] = 5
+        start = 5 if case == "rewound" else 12
+        batch = store.read(_run("a", 0, start, 3))
+        cases[case] = gate.gate._tally(len(batch))
+    assert cases == {
+        "moved": None,
+        "read between": None,
+        "assignment changed": None,
+        "rewound": None,
+        "first batch": None,
+        "measured": [(("a", 0), 3)],
+    }
+
+
+def test_more_partitions_than_a_position_call_is_worth_are_counted_record_by_record() -> None:
+    from safeconsumer._delivery import TALLY_PARTITIONS
+
+    store = _Reads()
+    owned = {("a", p) for p in range(TALLY_PARTITIONS + 1)}
+    gate = _sdk_gate(store, owned)
+    for start in (0, 1):
+        gate.admit_batch(
+            store.read([("a", p, start) for p in range(TALLY_PARTITIONS + 1)]), unchanged=True, errors=False
+        )
+    assert store.position_calls == 0
+    assert gate.table.consumed == {key: 2 for key in owned}
+
+
+def test_the_client_counts_its_reads_and_every_call_that_may_move_a_position() -> None:
+    from typing import NoReturn
+
+    from confluent_kafka import Consumer
+
+    from safeconsumer._client import RawClient
+
+    def on_fatal(*_: object) -> NoReturn:
+        raise AssertionError("no fatal error here")
+
+    conf = {"group.id": "g", "bootstrap.servers": "127.0.0.1:9"}
+    consumer = Consumer({**conf, "enable.auto.offset.store": False, "enable.auto.commit": False})
+    try:
+        client = RawClient(consumer, "g", on_fatal)
+        tp = TopicPartition("t", 0)
+        client.assign([tp])
+        client.pause([("t", 0)])
+        assert (client.reads, client.moves) == (0, 2)
+        client.consume(5, 0)
+        client.poll(0)
+        client.positions([tp])
+        client.store([TopicPartition("t", 0, 1)])
+        client.call(Consumer.assignment)
+        assert (client.reads, client.moves) == (2, 2), "reading positions or storing moved nothing"
+        client.resume([("t", 0)])
+        assert client.moves == 3
+    finally:
+        consumer.close()
