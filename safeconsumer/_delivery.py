@@ -194,13 +194,11 @@ class DeliveryGate:
         last, self._positions = self._positions, None
         if not owned or len(owned) > TALLY_PARTITIONS:
             return None
-        fresh = (
-            last is not None
-            and last.reads == client.reads - 1
-            and last.moves == client.moves
-            and last.epoch == table.epoch
-        )
-        if last is not None and fresh:
+        if last is not None and (
+            last.reads != client.reads - 1 or last.moves != client.moves or last.epoch != table.epoch
+        ):
+            last = None  # read or moved since: those positions measure nothing now
+        if last is not None:
             keys, partitions = last.keys, last.partitions
         else:
             keys = sorted(owned)
@@ -210,7 +208,7 @@ class DeliveryGate:
         except KafkaException:
             return None
         self._positions = _Positions(client.reads, client.moves, table.epoch, keys, partitions, now)
-        if last is None or not fresh:
+        if last is None:
             return None
         tally: list[tuple[Key, int]] = []
         total = 0
