@@ -34,6 +34,7 @@ from ._health import GroupDescriber, RebalanceExplainer, admin_config
 from ._keepalive import KeepaliveMode, Keeper
 from ._lifecycle import FatalPolicy, KeepaliveLink, Lifecycle, State
 from ._memory import ConsumerBudget, parse_budget
+from ._migration import MIGRATION_TIMEOUT, JoinGate
 from ._offsets import Offsets
 from ._partitions import PartitionTable
 from ._pause import PauseLedger
@@ -87,6 +88,7 @@ class Settings:
     error_tap: ErrorTap | None
     auth_failure_timeout: float | None
     poison: PoisonPolicy
+    migration_timeout: float | None = MIGRATION_TIMEOUT
 
 
 def judge(
@@ -105,6 +107,7 @@ def judge(
     fetch_memory_budget: int | None,
     auth_failure_timeout: float | None,
     poison: object,
+    migration_timeout: float | None = MIGRATION_TIMEOUT,
 ) -> Settings:
     """Called by ``SafeConsumer.__init__`` before the client is created: the config judged as
     confluent_kafka and librdkafka judge it, then the options, in this order. The config
@@ -118,6 +121,8 @@ def judge(
     positive("keepalive_max", keepalive_max, 1.0)
     if auth_failure_timeout is not None:
         positive("auth_failure_timeout", auth_failure_timeout, 1.0)
+    if migration_timeout:  # 0: join at once, as upstream
+        positive("migration_timeout", migration_timeout, 1.0)
     auto_store = auto_store_setting(config)
     config["enable.auto.offset.store"] = False
     tap = None
@@ -139,6 +144,7 @@ def judge(
         tap,
         auth_failure_timeout,
         check_policy(poison),
+        migration_timeout,
     )
 
 
@@ -211,6 +217,10 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
         owned=lambda: len(table.owned),
     )
     client.on_error = explainer.error_seen
+    joining = None
+    if protocol == "consumer" and group_id and settings.migration_timeout != 0:
+        joining = JoinGate(group_id, lambda: GroupDescriber(config, group_id), timeout=settings.migration_timeout)
+        client.migration_reason = lambda: joining.reason if joining is not None else None
     rebalancer = Rebalancer(
         consumer,
         client,
@@ -228,6 +238,7 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
         # fetch answers after fetch.wait.max.ms).
         requery_delay=float(config.get("fetch.wait.max.ms", 500)) / 1000 + 0.5,
         stall_cause=lambda keys, cause: stall.cause_known(keys, cause),  # noqa: PLW0108 - built just below
+        joining=joining,
     )
     stall = StallGuard(
         client,

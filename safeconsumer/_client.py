@@ -93,6 +93,9 @@ class RawClient:
         self._group_id = group_id
         #: This member's group.instance.id, if it is static (for the fatal error's advice).
         self.instance_id: str | None = None
+        #: Why this member's first join waited for its group to become convertible (see
+        #: _migration), if it did: told to the error a refused conversion becomes.
+        self.migration_reason: Callable[[], str | None] = lambda: None
         self._on_fatal = on_fatal
         #: Told the code of every error librdkafka reports (the rebalance explainer's evidence).
         self.on_error: Callable[[int], None] | None = None
@@ -113,7 +116,7 @@ class RawClient:
         """An error event on its way to the application: a fatal one stops the consumer."""
         if self.on_error is not None:
             self.on_error(error.code())
-        fatal = classify(error, self._group_id, self.instance_id)
+        fatal = classify(error, self._group_id, self.instance_id, self.migration_reason())
         if fatal is not None:
             self._on_fatal(fatal, error)
 

@@ -29,6 +29,7 @@ from ._deprecated import DeprecatedNames
 from ._keepalive import KeepaliveMode
 from ._keys import RebalanceCallback
 from ._lifecycle import AsyncLink, FatalPolicy, Lifecycle, State
+from ._migration import MIGRATION_TIMEOUT
 from ._pause import PauseState, parse_topic_entries
 from ._poison import PoisonHandler, PoisonPolicy
 from ._retry import CommitRetry
@@ -101,6 +102,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
         fetch_memory_budget: int | None = None,
         auth_failure_timeout: float | None = 10.0,
         poison: PoisonPolicy = None,
+        migration_timeout: float | None = MIGRATION_TIMEOUT,
         **kwargs: Any,
     ) -> None:
         """Create the consumer.
@@ -140,6 +142,12 @@ class SafeConsumer(DeprecatedNames, Consumer):
             :class:`Skip` logs and counts it and goes on; :class:`DeadLetter` retries processing with
             backoff inside a keepalive, then writes the record to a dead-letter topic, and lets its
             offset be stored only once that write was acknowledged (docs/poison-records.md).
+        :param migration_timeout: with ``group.protocol=consumer``: seconds a first ``subscribe()`` may
+            wait, without joining, while its group is a classic group the broker would refuse to convert
+            (a ``cooperative-sticky`` one, KAFKA-18134); it joins as soon as the group can be converted
+            (its classic members left, or a peer converted it), or when this runs out (default 30; then
+            a refusal raises :class:`GroupMigrationError`). ``None``: waits for ever; ``0``: joins at once,
+            as upstream. See docs/migrating-to-kip-848.md.
         """
         # The config is judged as confluent_kafka and librdkafka judge it, before anything else.
         settings = judge(
@@ -157,6 +165,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
             fetch_memory_budget=fetch_memory_budget,
             auth_failure_timeout=auth_failure_timeout,
             poison=poison,
+            migration_timeout=migration_timeout,
         )
         logger.debug("creating SafeConsumer with config %s", redact_config(settings.config))
         super().__init__(settings.config)  # librdkafka judges every other setting here

@@ -8,6 +8,7 @@
     ├── PauseStateError                (also RuntimeError) topic pause with nothing to apply it to
     └── FatalConsumerError             (also KafkaException) the consumer cannot go on; it has closed itself
         ├── GroupMaxSizeReachedError   the broker refused this member: group.max.size reached
+        ├── GroupMigrationError        the broker refused to convert a classic group for this member
         └── AuthenticationFailedError  the cluster kept refusing its credentials or TLS handshake
 
 Errors of the underlying client keep their confluent_kafka types (``KafkaException``,
@@ -81,6 +82,12 @@ def _rebuild(
 
 class GroupMaxSizeReachedError(FatalConsumerError):
     """The group is at the broker's ``group.max.size`` (classic) or ``group.consumer.max.size`` (KIP-848)."""
+
+
+class GroupMigrationError(FatalConsumerError):
+    """A ``group.protocol=consumer`` member was refused at its first heartbeat because the broker
+    could not convert its classic group (KIP-848's online upgrade): ``GROUP_ID_NOT_FOUND``, which
+    librdkafka makes fatal. The message says why it may be and what to do."""
 
 
 class AuthenticationFailedError(FatalConsumerError):
@@ -157,10 +164,35 @@ def is_group_max_size(error: KafkaError | None) -> bool:
     return error.code() == KafkaError._FATAL and ("maximum size" in text or "GROUP_MAX_SIZE" in text)
 
 
-def classify(error: KafkaError, group_id: str, instance_id: str | None = None) -> FatalConsumerError | None:
+#: What to do when the broker cannot convert a classic group for a consumer-protocol member.
+MIGRATION_REMEDY = (
+    "What to do: stop the group's classic members (the group empties; its committed offsets are kept) and "
+    "start them with group.protocol=consumer: consumer-protocol SafeConsumers started first wait for that "
+    "(migration_timeout) and join as soon as the group can be converted. Or run "
+    "'safeconsumer doctor --migrate' for this group (docs/migrating-to-kip-848.md)."
+)
+
+
+def is_refused_conversion(error: KafkaError | None) -> bool:
+    """librdkafka's fatal error for a consumer-protocol heartbeat answered GROUP_ID_NOT_FOUND: the
+    broker would not convert the classic group this member joins (or it is no consumer group)."""
+    if error is None:
+        return False
+    text = error.str()
+    return (
+        error.code() in (KafkaError._FATAL, KafkaError.GROUP_ID_NOT_FOUND)
+        and "ConsumerGroupHeartbeat" in text
+        and ("group id does not exist" in text or "GROUP_ID_NOT_FOUND" in text)
+    )
+
+
+def classify(
+    error: KafkaError, group_id: str, instance_id: str | None = None, migration_reason: str | None = None
+) -> FatalConsumerError | None:
     """The one translation of a librdkafka error event: the fatal error it means, or None.
 
-    ``instance_id``: this member's ``group.instance.id``, if it is static.
+    ``instance_id``: this member's ``group.instance.id``, if it is static. ``migration_reason``:
+    why this member's join waited for its classic group to become convertible, if it did.
     """
     if is_group_max_size(error):
         static = (
@@ -175,6 +207,21 @@ def classify(error: KafkaError, group_id: str, instance_id: str | None = None) -
             f"group {group_id!r} is full: the broker refused this member because the group reached "
             "group.max.size (classic protocol) or group.consumer.max.size (consumer protocol); "
             "the consumer stopped joining and closed." + static,
+            kafka_error=error,
+            group_id=group_id,
+        )
+    if is_refused_conversion(error):
+        likely = (
+            f"Here: {migration_reason}."
+            if migration_reason
+            else "Kafka refuses when online upgrade is disabled (group.consumer.migration.policy), when the group "
+            "is not a consumer group, when it has more members than group.consumer.max.size, and when a "
+            "member's assignment carries assignor data (librdkafka's cooperative-sticky, KAFKA-18134)."
+        )
+        return GroupMigrationError(
+            f"group {group_id!r} refused this group.protocol=consumer member: the broker did not convert the "
+            f"classic group to a consumer group (GROUP_ID_NOT_FOUND at its first heartbeat, fatal in "
+            f"librdkafka); the consumer closed. {likely} {MIGRATION_REMEDY}",
             kafka_error=error,
             group_id=group_id,
         )

@@ -121,6 +121,10 @@ class GroupView:
     members: dict[str, Member]
     #: The members that own partitions now (None: not told).
     owning: frozenset[str] | None = None
+    #: The group's type: "CLASSIC" or "CONSUMER" (a consumer group, mixed or not); "" when not told.
+    kind: str = ""
+    #: The classic group's assignor (its protocol name: "range", "cooperative-sticky", ...); "" when none.
+    assignor: str = ""
 
     def baseline(self, me: str | None) -> dict[str, Member]:
         """The members to compare the next rebalance with.
@@ -203,7 +207,13 @@ class GroupDescriber:
             m.member_id: Member(m.member_id, m.client_id, m.host, m.group_instance_id) for m in group.members or []
         }
         owning = frozenset(m.member_id for m in group.members or [] if m.assignment and m.assignment.topic_partitions)
-        return GroupView(enum_name(group.state), members, owning)
+        return GroupView(
+            enum_name(group.state),
+            members,
+            owning,
+            kind=enum_name(getattr(group, "type", "")),
+            assignor=str(group.partition_assignor or ""),
+        )
 
 
 @dataclass

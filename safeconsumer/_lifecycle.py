@@ -204,6 +204,7 @@ class Lifecycle:
         # in place.
         parts.keeper.stop(join=False, wake=False)
         parts.explainer.stop(wake=False)
+        parts.rebalancer.stop_joining()
         try:
             self._close_client(parts)
         finally:
@@ -257,6 +258,7 @@ class Lifecycle:
         self.state = State.CLOSED
         parts.keeper.stop(join=False)
         parts.explainer.stop()
+        parts.rebalancer.stop_joining()
 
     def fail(self, fatal: FatalConsumerError, err: KafkaError) -> NoReturn:
         """Stop at once: no more joins or heartbeats, close, remember, apply the exit policy, raise.
@@ -280,6 +282,7 @@ class Lifecycle:
                 log_critical(str(fatal), exiting=self.on_fatal == "exit")
                 parts.keeper.stop(join=False)
                 parts.explainer.close(wait=False)
+                parts.rebalancer.stop_joining()
                 if self.state is State.OPEN:
                     self.state = State.CLOSING
                     # librdkafka already returned records the application will never see (the

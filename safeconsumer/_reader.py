@@ -288,20 +288,29 @@ class Reader:
 
     def _maintain(self, now: float) -> None:
         """What falls due on the application's calls: re-assigning partitions whose committed
-        offset librdkafka gave up fetching (see _requery), and the stall guard (see _stall)."""
-        due = self._rebalancer.requery.due
+        offset librdkafka gave up fetching (see _requery), a subscription waiting to join (see
+        _migration), and the stall guard (see _stall)."""
+        rebalancer = self._rebalancer
+        due = rebalancer.requery.due
         if due and now >= due:
-            self._rebalancer.requery_due()
+            rebalancer.requery_due()
+        joining = rebalancer.joining
+        if joining is not None and joining.due and now >= joining.due:
+            rebalancer.join_due(now)
         if now >= self._stall_watch.due and self._table.owned:
             self._stall.check(now, self.drained_at)
 
     def _next_due(self) -> float:
         """When :meth:`_maintain` next has work (0: none while nothing is owned or waits)."""
-        requery = self._rebalancer.requery.due
+        rebalancer = self._rebalancer
+        due = rebalancer.requery.due
         stall = self._stall_watch.due if self._table.owned else 0.0
-        if requery and stall:
-            return min(requery, stall)
-        return requery or stall
+        if stall and (not due or stall < due):
+            due = stall
+        joining = rebalancer.joining
+        if joining is not None and joining.due and (not due or joining.due < due):
+            due = joining.due
+        return due
 
     def _until_due(self, call: Callable[[float], _T], timeout: float, got_some: Callable[[_T], object]) -> _T:
         """``call(timeout)`` on librdkafka, cut short when :meth:`_maintain` falls due meanwhile:
@@ -369,8 +378,12 @@ class Reader:
         librdkafka, so that is little.
 
         Called by the keeper's link (KeepaliveLink.keep_alive, lock held) on the keeper thread. Changes the
-        table's read-ahead only.
+        table's read-ahead only (and joins, when a subscription waited and its gate opened: a member
+        subscribed before a long keepalive block joins as upstream's does, without a poll).
         """
+        joining = self._rebalancer.joining
+        if joining is not None and joining.due:
+            self._rebalancer.join_due(_monotonic())
         batch, _ = self._read_ahead(self._more_ahead())
         if batch:
             self._table.ahead.extend(batch)

@@ -42,6 +42,7 @@ from ._delivery import DeliveryGate
 from ._errors import FatalConsumerError, InvalidPauseRequest, PauseStateError
 from ._health import RebalanceExplainer
 from ._keys import Key, RebalanceCallback
+from ._migration import JoinGate
 from ._partitions import LeaveReason, PartitionTable
 from ._pause import PauseLedger, PauseState, subscription_can_match
 from ._requery import Requery
@@ -82,6 +83,7 @@ class Rebalancer:
         owned_changed: Callable[[int], object] = lambda _n: None,
         requery_delay: float = 0.0,
         stall_cause: Callable[[list[Key] | None, str], None] = lambda _keys, _cause: None,
+        joining: JoinGate | None = None,
     ):
         #: Weak (I10); librdkafka calls back only inside a call on the consumer, so it is alive then.
         self._consumer = weakref.ref(consumer)
@@ -140,6 +142,12 @@ class Rebalancer:
         self._owned_changed_to = owned_changed
         #: Told when an error event names why partitions will not fetch (the stall guard, _stall).
         self._stall_cause = stall_cause
+        #: A consumer-protocol member's subscription waits here until its group can be converted
+        #: (see _migration); None for a classic member, which never waits.
+        self.joining = joining
+        #: librdkafka has the subscription (set by the subscribe() that reached it, cleared by
+        #: unsubscribe()): a subscribe() then only changes topics, it is no new join.
+        self._joined = False
 
     @property
     def subscribed(self) -> bool:
@@ -149,15 +157,36 @@ class Rebalancer:
     # -- the application's subscription ------------------------------------------------------
     def subscribe(self, topics: list[str], callbacks: dict[str, RebalanceCallback | None]) -> None:
         """Called by the facade's subscribe() (lock held): librdkafka subscribes with this
-        rebalancer's callbacks, which run the application's ``callbacks`` (given by name)."""
-        self._client.call(
-            Consumer.subscribe, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
-        )
+        rebalancer's callbacks, which run the application's ``callbacks`` (given by name). A
+        consumer-protocol member's first join waits in its join gate first (see _migration)."""
+        joining = self.joining
+        if joining is not None and not self._joined:
+            joining.hold()
+        else:
+            self._subscribe(topics)
         self.user_on_assign = callbacks.get("on_assign")
         self.user_on_revoke = callbacks.get("on_revoke")
         self.user_on_lost = callbacks.get("on_lost")
         self.subscription = list(topics)
         self.requery.forget(None)
+
+    def _subscribe(self, topics: list[str]) -> None:
+        self._client.call(
+            Consumer.subscribe, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
+        )
+        self._joined = True
+
+    def join_due(self, now: float) -> None:
+        """Called by the reader when the join gate is due (lock held): the subscription that waited
+        goes to librdkafka once the gate opened."""
+        joining = self.joining
+        if joining is not None and joining.ready(now) and self.subscription is not None and not self._closing():
+            self._subscribe(self.subscription)
+
+    def stop_joining(self) -> None:
+        """The consumer stops (close(), a fatal error, dropped): a subscription that waited never joins."""
+        if self.joining is not None:
+            self.joining.cancel()
 
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:
@@ -490,7 +519,10 @@ class Rebalancer:
         """Called by the facade's unsubscribe() (lock held): what was processed is stored first (I9),
         librdkafka unsubscribes, and the coming revocation of what is owned is final."""
         self._gate.flush(force=True)
+        if self.joining is not None:
+            self.joining.cancel()
         self._client.call(Consumer.unsubscribe)
+        self._joined = False
         self.subscription = None
         self._unsubscribed = set(self._table.owned)
         # Eager limbo waits for a re-assignment that will not come now.

@@ -37,6 +37,7 @@ from .._consumer import SafeConsumer, async_link, consume_available, delivery_st
 from .._health import admin_config
 from .._keepalive import KeepaliveMode
 from .._lifecycle import FatalPolicy
+from .._migration import MIGRATION_TIMEOUT
 from .._pause import PauseState
 from .._poison import DeadLetterError, PoisonPolicy
 from .._retry import CommitRetry
@@ -117,6 +118,7 @@ class KafkaConsumer:
         fetch_memory_budget: int | None = None,
         auth_failure_timeout: float | None = 10.0,
         poison: PoisonPolicy = None,
+        migration_timeout: float | None = MIGRATION_TIMEOUT,
         **configs: Any,
     ) -> None:
         self._closed = True  # until the SafeConsumer exists: close() and __del__ have nothing to do
@@ -146,6 +148,7 @@ class KafkaConsumer:
             fetch_memory_budget=fetch_memory_budget,
             auth_failure_timeout=auth_failure_timeout,
             poison=poison,
+            migration_timeout=migration_timeout,
         )
         self._poison = poison_handler(self._consumer)
         self._closed = False

@@ -82,6 +82,7 @@ OPTION_EXAMPLES = (
     ("fetch_memory_budget", "None"),
     ("auth_failure_timeout", "None"),
     ("poison", "None"),
+    ("migration_timeout", "None"),
 )
 OPTIONS = tuple(name for name, _ in OPTION_EXAMPLES)
 _A_CONSUMER = returns(("<another consumer>",))

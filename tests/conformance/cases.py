@@ -263,6 +263,7 @@ ctor(
     "K(CONF, explain_rebalances=False)",
     "K(CONF, fetch_memory_budget=None)",
     "K(CONF, auth_failure_timeout=None)",
+    "K(CONF, migration_timeout=None)",
     "K(CONF, poison=None)",
 )
 

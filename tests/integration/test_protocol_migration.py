@@ -1,0 +1,288 @@
+"""Groups between protocols: a live group moved from classic to KIP-848 and back, member by member.
+
+First what the broker and the raw client do (characterization, Kafka 4.3.1 and confluent-kafka
+2.16.1): a ``group.protocol=consumer`` member converts a classic ``range`` or ``roundrobin``
+group, and a ``cooperative-sticky`` one only while it is in its first generation; once a
+librdkafka cooperative-sticky group rebalanced, the broker refuses the conversion (it logs
+"userData from a custom assignor would be lost", KAFKA-18134) with GROUP_ID_NOT_FOUND, which
+librdkafka makes a fatal error of the joining client. librdkafka echoes each member's sticky
+data into the assignments its leader sends.
+
+Then SafeConsumer: a consumer-protocol member does not join such a group; it waits, never dies
+of the refusal, and joins once the group can be converted (its classic members left), or after
+``migration_timeout``, when a refusal is a :class:`GroupMigrationError` saying why and what to do.
+
+Last, the upgrade and downgrade steps of confluent-kafka-python's own integration test
+(``tests/integration/consumer/test_consumer_upgrade_downgrade.py``: one classic member, then a
+consumer-protocol member joins, it leaves, under ``roundrobin``, ``range`` and
+``cooperative-sticky``), written again here, run with raw members and with SafeConsumer members.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message
+
+from safeconsumer import FatalConsumerError, GroupMigrationError, SafeConsumer
+from safeconsumer.testing import KafkaTestKit, wait_until
+
+PARTITIONS = 4
+
+
+def _conf(kafka: KafkaTestKit, group: str, protocol: str, **extra: Any) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        **kafka.client_config,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "group.protocol": "consumer" if protocol == "consumer" else "classic",
+        **extra,
+    }
+    if protocol != "consumer":
+        # As the kit's classic configs: a member that leaves uncleanly is noticed in seconds.
+        conf.update(
+            {"partition.assignment.strategy": protocol, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+        )
+    return conf
+
+
+def _polled_until(
+    members: Sequence[Consumer], condition: Callable[[], object], *, what: str, timeout: float = 30.0
+) -> None:
+    wait_until(condition, timeout=timeout, what=what, step=lambda: [m.poll(0.05) for m in members])
+
+
+def _rebalanced_classic_group(kafka: KafkaTestKit, topic: str, group: str, assignor: str) -> list[Consumer]:
+    """Two raw classic members that rebalanced once after the first one's first assignment."""
+    first = Consumer(_conf(kafka, group, assignor))
+    first.subscribe([topic])
+    _polled_until([first], lambda: len(first.assignment()) == PARTITIONS, what="the first member's assignment")
+    second = Consumer(_conf(kafka, group, assignor))
+    second.subscribe([topic])
+    members = [first, second]
+    _polled_until(
+        members,
+        lambda: first.assignment() and second.assignment() and kafka.describe_group(group).state == "STABLE",
+        what="both members assigned, the group stable",
+    )
+    return members
+
+
+def _fatal_event(c: Consumer, others: Sequence[Consumer], *, timeout: float) -> KafkaError | None:
+    """The first _FATAL event ``c`` returns within ``timeout`` (None: none; ``c`` got partitions)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for other in others:
+            other.poll(0.02)
+        msg = c.poll(0.1)
+        error = msg.error() if msg is not None else None
+        if error is not None and error.code() == KafkaError._FATAL:
+            return error
+        if c.assignment():
+            return None
+    raise AssertionError(f"neither a fatal error nor an assignment within {timeout} s")
+
+
+# -- characterization: the broker and the raw client -------------------------------------------------
+
+
+def test_raw_consumer_protocol_member_dies_joining_a_rebalanced_cooperative_sticky_group(kafka: KafkaTestKit) -> None:
+    topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
+    members = _rebalanced_classic_group(kafka, topic, group, "cooperative-sticky")
+    joiner = Consumer(_conf(kafka, group, "consumer"))
+    joiner.subscribe([topic])
+    error = _fatal_event(joiner, members, timeout=20)
+    assert error is not None, "the broker converted a rebalanced cooperative-sticky group"
+    assert "ConsumerGroupHeartbeat fatal error" in error.str()
+    assert "group id does not exist" in error.str()
+    # The group stays classic and its members keep their partitions.
+    snapshot = kafka.describe_group(group)
+    assert snapshot.type == "CLASSIC"
+    assert len(snapshot.members) == 2
+    joiner.close()
+    for m in members:
+        m.close()
+
+
+@pytest.mark.parametrize("assignor", ["range", "roundrobin"])
+def test_raw_consumer_protocol_member_converts_a_rebalanced_eager_group(kafka: KafkaTestKit, assignor: str) -> None:
+    topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
+    members = _rebalanced_classic_group(kafka, topic, group, assignor)
+    joiner = Consumer(_conf(kafka, group, "consumer"))
+    joiner.subscribe([topic])
+    assert _fatal_event(joiner, members, timeout=30) is None
+    assert kafka.describe_group(group).type == "CONSUMER"
+    joiner.close()
+    for m in members:
+        m.close()
+
+
+def test_raw_consumer_protocol_member_converts_a_cooperative_sticky_group_in_its_first_generation(
+    kafka: KafkaTestKit,
+) -> None:
+    topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
+    first = Consumer(_conf(kafka, group, "cooperative-sticky"))
+    first.subscribe([topic])
+    _polled_until([first], lambda: len(first.assignment()) == PARTITIONS, what="the first assignment")
+    joiner = Consumer(_conf(kafka, group, "consumer"))
+    joiner.subscribe([topic])
+    assert _fatal_event(joiner, [first], timeout=30) is None
+    assert kafka.describe_group(group).type == "CONSUMER"
+    joiner.close()
+    first.close()
+
+
+# -- SafeConsumer: waits, never dies of a refusal, joins once it can --------------------------------
+
+
+def test_safe_member_waits_for_an_unconvertible_group_and_joins_when_its_classic_members_leave(
+    kafka: KafkaTestKit,
+) -> None:
+    """Beside it, a raw member dies of the same join (pinned above). The SafeConsumer neither
+    dies nor disturbs the classic members while it waits; once they close, it converts the group
+    and reads on from their committed offsets: nothing skipped, nothing read twice."""
+    topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
+    members = _rebalanced_classic_group(kafka, topic, group, "cooperative-sticky")
+    kafka.produce(topic, 40, partitions=PARTITIONS)
+    classic_read: list[bytes] = []
+
+    def classic_step() -> None:
+        for m in members:
+            msg = m.poll(0.02)
+            if msg is not None and msg.error() is None:
+                classic_read.append(msg.value() or b"")
+
+    wait_until(
+        lambda: len(classic_read) == 40, timeout=30, what="the classic members read the backlog", step=classic_step
+    )
+    for m in members:
+        m.commit(asynchronous=False)
+    before = kafka.describe_group(group)
+    joiner = SafeConsumer(_conf(kafka, group, "consumer"), migration_timeout=None)
+    joiner.subscribe([topic])
+    # It waits: no fatal error, no join, the classic members undisturbed.
+    waited_until = time.monotonic() + 4
+    while time.monotonic() < waited_until:
+        classic_step()
+        assert joiner.poll(0.1) is None
+    after = kafka.describe_group(group)
+    assert after.type == "CLASSIC"
+    assert after.member_ids == before.member_ids
+    assert not joiner.assignment()
+    for m in members:
+        m.close()
+    got: list[bytes] = []
+
+    def step() -> None:
+        msg = joiner.poll(0.1)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value() or b"")
+
+    kafka.produce(topic, 40, partitions=PARTITIONS, start=40)
+    wait_until(lambda: len(got) >= 40, timeout=60, what="the joiner read what came after", step=step)
+    assert kafka.describe_group(group).type == "CONSUMER"
+    assert sorted(int(v) for v in got) == list(range(40, 80))
+    joiner.close()
+
+
+def test_safe_member_refused_after_migration_timeout_raises_group_migration_error(kafka: KafkaTestKit) -> None:
+    topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
+    members = _rebalanced_classic_group(kafka, topic, group, "cooperative-sticky")
+    joiner = SafeConsumer(_conf(kafka, group, "consumer"), migration_timeout=2.0)
+    joiner.subscribe([topic])
+    started = time.monotonic()
+    with pytest.raises(GroupMigrationError) as raised:
+        deadline = started + 30
+        while time.monotonic() < deadline:
+            for m in members:
+                m.poll(0.02)
+            joiner.poll(0.1)
+    waited = time.monotonic() - started
+    assert waited >= 2.0, "it joined before its migration_timeout"
+    err = raised.value
+    assert isinstance(err, FatalConsumerError)
+    assert err.kafka_error is not None and err.kafka_error.code() == KafkaError._FATAL
+    assert "'cooperative-sticky' assignor" in str(err)
+    assert "group.protocol=consumer" in str(err)
+    # Every later call raises it again; the classic group is undisturbed.
+    with pytest.raises(GroupMigrationError):
+        joiner.poll(0)
+    assert kafka.describe_group(group).type == "CLASSIC"
+    for m in members:
+        m.close()
+
+
+def test_a_classic_safe_member_joins_a_consumer_group_without_waiting(kafka: KafkaTestKit) -> None:
+    """The downgrade side: a classic member is taken into a consumer group as a mixed member; when
+    the last consumer-protocol member leaves, the group is classic again and keeps reading."""
+    topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
+    upgraded = SafeConsumer(_conf(kafka, group, "consumer"))
+    upgraded.subscribe([topic])
+    _polled_until([upgraded], lambda: len(upgraded.assignment()) == PARTITIONS, what="the consumer member")
+    classic = SafeConsumer(_conf(kafka, group, "cooperative-sticky"))
+    classic.subscribe([topic])
+    _polled_until(
+        [upgraded, classic],
+        lambda: classic.assignment() and len(upgraded.assignment()) + len(classic.assignment()) == PARTITIONS,
+        what="the classic member in the consumer group",
+    )
+    assert kafka.describe_group(group).type == "CONSUMER"
+    upgraded.close()
+    _polled_until([classic], lambda: len(classic.assignment()) == PARTITIONS, what="the classic member alone")
+    wait_until(lambda: kafka.describe_group(group).type == "CLASSIC", timeout=30, what="the group classic again")
+    got: list[Message] = []
+    kafka.produce(topic, 20, partitions=PARTITIONS)
+    wait_until(
+        lambda: len(got) == 20,
+        timeout=30,
+        what="the classic member reads",
+        step=lambda: got.append(m) if (m := classic.poll(0.1)) is not None and m.error() is None else None,
+    )
+    classic.close()
+
+
+# -- upstream's upgrade / downgrade scenario --------------------------------------------------------
+
+UPSTREAM_PARTITIONS = 10
+
+
+def _upstream_check(kafka: KafkaTestKit, topic: str, members: Sequence[Consumer], expected_type: str) -> None:
+    """One step of upstream's scenario: the last member reaches its share, then every member has
+    exactly its share, the group has the expected type, and 100 new records are read."""
+    share = UPSTREAM_PARTITIONS // len(members)
+    _polled_until(members, lambda: len(members[-1].assignment()) == share, what="the last member's share", timeout=90)
+    counts = [len(m.assignment()) for m in members]
+    assert counts == [share] * len(members), f"assignments {counts}, each should hold {share}"
+    assert len({(tp.topic, tp.partition) for m in members for tp in m.assignment()}) == UPSTREAM_PARTITIONS
+    assert kafka.describe_group(topic).type == expected_type
+    kafka.produce(topic, 100, partitions=UPSTREAM_PARTITIONS)
+    read = 0
+
+    def step() -> None:
+        nonlocal read
+        for m in members:
+            msg = m.poll(0.1)
+            if msg is not None and msg.error() is None:
+                read += 1
+
+    wait_until(lambda: read >= 100, timeout=60, what="100 records read", step=step)
+    assert read == 100
+
+
+@pytest.mark.parametrize("strategy", ["roundrobin", "range", "cooperative-sticky"])
+@pytest.mark.parametrize("kind", ["raw", "safe"])
+def test_upstream_upgrade_downgrade_scenario(kafka: KafkaTestKit, strategy: str, kind: str) -> None:
+    cls: type[Consumer] = Consumer if kind == "raw" else SafeConsumer
+    topic = kafka.create_topic(partitions=UPSTREAM_PARTITIONS)
+    classic = cls(_conf(kafka, topic, strategy))
+    classic.subscribe([topic])
+    _upstream_check(kafka, topic, [classic], "CLASSIC")
+    upgraded = cls(_conf(kafka, topic, "consumer"))
+    upgraded.subscribe([topic])
+    _upstream_check(kafka, topic, [classic, upgraded], "CONSUMER")
+    upgraded.close()
+    _upstream_check(kafka, topic, [classic], "CLASSIC")
+    classic.close()

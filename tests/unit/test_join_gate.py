@@ -1,0 +1,109 @@
+"""The join gate's judgement of a group (pure) and its states, with a stand-in describer."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from safeconsumer._health import GroupView, Member
+from safeconsumer._migration import JoinGate, judge
+
+
+def _view(kind: str, state: str = "STABLE", members: int = 2, assignor: str = "") -> GroupView:
+    found = {f"m{i}": Member(f"m{i}", "app", "/127.0.0.1", None) for i in range(members)}
+    return GroupView(state, found, None, kind=kind, assignor=assignor)
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        None,  # no answer: librdkafka's own behaviour
+        _view("CONSUMER", assignor=""),
+        _view("CLASSIC", assignor="range"),
+        _view("CLASSIC", assignor="roundrobin"),
+        _view("CLASSIC", state="EMPTY", members=0, assignor="cooperative-sticky"),
+        _view("CLASSIC", state="DEAD", members=0),
+        _view("UNKNOWN", state="DEAD", members=0),
+    ],
+    ids=["no-answer", "consumer-group", "range", "roundrobin", "empty-sticky", "dead", "no-group"],
+)
+def test_a_group_the_broker_converts_or_replaces_is_joined_now(view: GroupView | None) -> None:
+    assert judge(view) is None
+
+
+@pytest.mark.parametrize("assignor", ["cooperative-sticky", "sticky", "custom", ""])
+@pytest.mark.parametrize("state", ["STABLE", "PREPARING_REBALANCING", "COMPLETING_REBALANCING"])
+def test_a_classic_group_with_members_on_another_assignor_waits(assignor: str, state: str) -> None:
+    reason = judge(_view("CLASSIC", state=state, assignor=assignor))
+    assert reason is not None
+    assert "KAFKA-18134" in reason
+    assert (repr(assignor) if assignor else "an assignor it did not name") in reason
+
+
+class Describer:
+    """Answers with the views it is given, one per describe (the last one again after them)."""
+
+    def __init__(self, *views: GroupView | None) -> None:
+        self.views = list(views)
+        self.released = threading.Event()
+        self.calls = 0
+
+    def describe(self, timeout: float) -> GroupView | None:
+        self.calls += 1
+        return self.views.pop(0) if len(self.views) > 1 else self.views[0]
+
+    def release(self) -> None:
+        self.released.set()
+
+
+def _ready_within(gate: JoinGate, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if gate.ready(time.monotonic()):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_the_gate_opens_when_the_group_becomes_convertible_and_is_idle_after() -> None:
+    sticky, empty = _view("CLASSIC", assignor="cooperative-sticky"), _view("CLASSIC", state="EMPTY", members=0)
+    describer = Describer(sticky, sticky, empty)
+    gate = JoinGate("g", lambda: describer, timeout=None, check_every=0.01)
+    assert gate.due == 0.0 and not gate.ready(time.monotonic())
+    gate.hold()
+    assert gate.due > 0
+    assert _ready_within(gate, 5)
+    assert gate.due == 0.0
+    assert describer.calls == 3
+    assert gate.reason is not None and "cooperative-sticky" in gate.reason
+    assert describer.released.wait(5)
+
+
+def test_the_gate_opens_at_its_timeout_while_the_group_stays_unconvertible() -> None:
+    describer = Describer(_view("CLASSIC", assignor="cooperative-sticky"))
+    gate = JoinGate("g", lambda: describer, timeout=0.2, check_every=0.01)
+    started = time.monotonic()
+    gate.hold()
+    assert _ready_within(gate, 5)
+    assert time.monotonic() - started >= 0.2
+    assert gate.reason is not None
+
+
+def test_a_cancelled_gate_never_opens_and_its_thread_ends() -> None:
+    describer = Describer(_view("CLASSIC", assignor="cooperative-sticky"))
+    gate = JoinGate("g", lambda: describer, timeout=None, check_every=0.01)
+    gate.hold()
+    gate.cancel()
+    assert gate.due == 0.0
+    assert not gate.ready(time.monotonic())
+    assert describer.released.wait(5)
+
+
+def test_a_group_joinable_at_once_leaves_no_reason() -> None:
+    describer = Describer(_view("CONSUMER"))
+    gate = JoinGate("g", lambda: describer, timeout=None)
+    gate.hold()
+    assert _ready_within(gate, 5)
+    assert gate.reason is None
