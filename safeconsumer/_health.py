@@ -139,17 +139,24 @@ class GroupView:
         return {k: m for k, m in self.members.items() if k == me or k in self.owning}
 
 
+#: Where librdkafka's log lines of the helper clients safeconsumer creates for itself go.
+HELPER_LOG = logging.getLogger("safeconsumer.librdkafka")
+
+
 def admin_config(config: Mapping[str, Any], role: str = "health") -> dict[str, Any]:
     """The part of a consumer config an admin client of the same cluster takes (security,
     addressing), with ``client.id`` ``<the consumer's>-<role>``.
 
     A helper client of ours does not push client metrics to the broker (KIP-714,
     ``enable.metrics.push``): it is not the application's client, and the subscription request
-    it would make at connect, with the state kept for it, cost about 0.2 MiB per helper here."""
+    it would make at connect, with the state kept for it, cost about 0.2 MiB per helper here.
+    Its librdkafka log lines go to the ``safeconsumer.librdkafka`` logger, never to stderr (without
+    a ``logger`` librdkafka prints them there itself)."""
     conf = {k: v for k, v in config.items() if k.startswith(_ADMIN_PREFIXES)}
     client_id = config.get("client.id")
     conf["client.id"] = f"{client_id or 'safeconsumer'}-{role}"
     conf["enable.metrics.push"] = False
+    conf["logger"] = HELPER_LOG
     return conf
 
 

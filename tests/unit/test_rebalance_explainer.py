@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from safeconsumer._health import GroupView, Member, RebalanceExplainer, admin_config
+from safeconsumer._health import HELPER_LOG, GroupView, Member, RebalanceExplainer, admin_config
 from safeconsumer.testing import wait_until
 
 
@@ -213,6 +213,7 @@ def test_the_admin_client_gets_the_connection_settings_and_no_consumer_settings(
         "ssl.ca.location": "/ca",
         "client.id": "app-health",
         "enable.metrics.push": False,
+        "logger": HELPER_LOG,
     }
 
 
