@@ -6,6 +6,7 @@ No broker: a bootstrap address nothing listens on makes librdkafka log a refused
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
@@ -17,7 +18,7 @@ from safeconsumer.testing import wait_until
 NOWHERE = {"bootstrap.servers": "127.0.0.1:1", "reconnect.backoff.ms": 10}
 
 
-def _refused(conf: dict[str, object]) -> None:
+def _refused(conf: dict[str, Any]) -> None:
     admin = AdminClient(conf)
     with pytest.raises(KafkaException):
         admin.list_topics(timeout=0.5)
