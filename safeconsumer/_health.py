@@ -223,6 +223,22 @@ class GroupDescriber:
         )
 
 
+def _migration(before: str, after: str, joined: list[Member], left: list[Member]) -> str | None:
+    """What a change of the group's type says (KIP-848's online migration), or None: a classic
+    group becomes a consumer group when a consumer-protocol member joins, and classic again when
+    the last one leaves (the admin API does not tell a member's protocol otherwise)."""
+    before, after = before.upper(), after.upper()
+    if before == after or "" in (before, after) or "UNKNOWN" in (before, after):
+        return None
+    if after == "CONSUMER":
+        who = f" by the consumer-protocol member {joined[0].member_id}" if len(joined) == 1 else ""
+        return f"the group was converted from the classic protocol to a consumer group{who} (KIP-848 upgrade)"
+    if after == "CLASSIC":
+        who = f" as its last consumer-protocol member {left[0].member_id} left" if len(left) == 1 else ""
+        return f"the group was converted back to the classic protocol{who} (KIP-848 downgrade)"
+    return None
+
+
 @dataclass
 class _Callback:
     change: str
@@ -260,6 +276,8 @@ class RebalanceExplainer:
         self._waiting: list[_Callback] = []
         #: The members after the last explained rebalance (the baseline for the next one).
         self._known: dict[str, Member] | None = None
+        #: The group's type then ("CLASSIC", "CONSUMER"; "" unknown): a change is a protocol migration.
+        self._known_kind = ""
         self._refresh = False
         self._stopped = False
         self._thread: threading.Thread | None = None
@@ -429,6 +447,7 @@ class RebalanceExplainer:
         with self._lock:
             if view is not None and not self._waiting:
                 self._known = view.baseline(self._me)
+                self._known_kind = view.kind
 
     def _settled(self) -> bool:
         """Wait until no callback came for ``settle`` seconds (one rebalance may run several).
@@ -478,6 +497,7 @@ class RebalanceExplainer:
         self._open_revocation = (rest[-1].at, cause) if ended_revoking else None
         if view is not None:
             self._known = view.members
+            self._known_kind = view.kind
 
     def _loss_cause(self, cb: _Callback) -> Cause:
         """Why partitions were lost: the error librdkafka reported around the loss, if any."""
@@ -527,6 +547,9 @@ class RebalanceExplainer:
             joined = [m for k, m in view.members.items() if k not in known and k != me]
             left = [m for k, m in known.items() if k not in view.members and k != me]
             peers = [f"joined {m}" for m in joined] + [f"left {m}" for m in left]
+            migration = _migration(self._known_kind, view.kind, joined, left)
+            if migration:
+                peers.append(migration)
             cause = (
                 "peers_changed"
                 if joined and left

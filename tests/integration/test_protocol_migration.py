@@ -20,6 +20,7 @@ consumer-protocol member joins, it leaves, under ``roundrobin``, ``range`` and
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -285,4 +286,31 @@ def test_upstream_upgrade_downgrade_scenario(kafka: KafkaTestKit, strategy: str,
     _upstream_check(kafka, topic, [classic, upgraded], "CONSUMER")
     upgraded.close()
     _upstream_check(kafka, topic, [classic], "CLASSIC")
+    classic.close()
+
+
+def test_the_rebalance_explainer_names_each_conversion(kafka: KafkaTestKit, caplog: pytest.LogCaptureFixture) -> None:
+    """A classic member's rebalances during an upgrade and a rollback: the peer is named, and so
+    is what it did to the group (never ``unknown``)."""
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
+    classic = SafeConsumer(_conf(kafka, group, "range", **{"client.id": "classic-member"}))
+    classic.subscribe([topic])
+    _polled_until([classic], lambda: len(classic.assignment()) == PARTITIONS, what="the classic member")
+
+    def said(text: str) -> bool:
+        return any(text in r.getMessage() and "(classic/range)" in r.getMessage() for r in caplog.records)
+
+    upgraded = SafeConsumer(_conf(kafka, group, "consumer", **{"client.id": "upgraded-member"}))
+    upgraded.subscribe([topic])
+    _polled_until(
+        [classic, upgraded],
+        lambda: said("converted from the classic protocol to a consumer group"),
+        what="the upgrade explained",
+    )
+    assert said("peer joined") and said("client.id upgraded-member")
+    upgraded.close()
+    _polled_until([classic], lambda: said("converted back to the classic protocol"), what="the rollback explained")
+    assert said("peer left")
+    assert not any("(classic/range): unknown" in r.getMessage() for r in caplog.records)
     classic.close()

@@ -249,3 +249,53 @@ def test_the_admin_client_goes_as_soon_as_nothing_waits_to_be_described() -> Non
     wait_until(lambda: bool(telemetry.explained), timeout=5, what="the revocation explained")
     wait_until(lambda: group.idled > idled, timeout=2, what="the admin client handed over after the rebalance")
     explainer.close()
+
+
+def _typed(view: GroupView, kind: str) -> GroupView:
+    return GroupView(view.state, view.members, view.owning, kind=kind, assignor=view.assignor)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "peer", "said"),
+    [
+        (
+            "CLASSIC",
+            "CONSUMER",
+            "joined",
+            "converted from the classic protocol to a consumer group by the consumer-protocol member c",
+        ),
+        (
+            "CONSUMER",
+            "CLASSIC",
+            "left",
+            "converted back to the classic protocol as its last consumer-protocol member b left",
+        ),
+    ],
+)
+def test_a_peer_that_changed_the_group_s_protocol_is_named_as_such(
+    before: str, after: str, peer: str, said: str
+) -> None:
+    """KIP-848's online migration: a consumer-protocol member joining a classic group converts it, and
+    the last one leaving converts it back; the admin API tells only the group's type, before and after."""
+    start = ("me", "b") if peer == "left" else ("me",)
+    end = ("me",) if peer == "left" else ("me", "c")
+    group = Group(_typed(_view("STABLE", *start), before), _typed(_view("STABLE", *end), after))
+    explainer, telemetry = _explainer(group)
+    _joined(explainer)
+    explainer.callback("revoked", None)
+    explainer.callback("assigned", None)
+    wait_until(lambda: bool(telemetry.explained), timeout=5, what="the rebalance explained")
+    cause, peers = telemetry.explained[0]
+    assert cause == ("peer_left" if peer == "left" else "peer_joined")
+    assert any(said in p for p in peers), peers
+    explainer.close()
+
+
+def test_no_migration_is_named_while_the_group_keeps_its_type() -> None:
+    group = Group(_typed(_view("STABLE", "me"), "CONSUMER"), _typed(_view("STABLE", "me", "c"), "CONSUMER"))
+    explainer, telemetry = _explainer(group)
+    _joined(explainer)
+    explainer.callback("assigned", None)
+    wait_until(lambda: bool(telemetry.explained), timeout=5, what="the rebalance explained")
+    assert not any("converted" in p for p in telemetry.explained[0][1])
+    explainer.close()
