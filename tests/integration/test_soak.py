@@ -1,6 +1,7 @@
 """A short soak (tests/soak): member processes started, SIGKILLed and SIGTERMed at random while
 each pauses, resumes and keeps alive at random, on two brokers of which one is SIGKILLed and
-restarted and between which the group coordinator moves; nothing lost, offsets committed to the
+restarted and between which the group coordinator moves (under each protocol, and in a group whose
+members alternate between protocols); nothing lost, offsets committed to the
 end, no I1/I2/I4 violation, nothing left paused, no partition "healed" by the stall guard.
 ``make soak`` runs the long one."""
 
@@ -10,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from safeconsumer.testing import KafkaTestKit, Protocol
+from safeconsumer.testing import KafkaTestKit
 
 from ..cluster import FAULT_SETTINGS, Cluster, running_cluster
-from ..soak.run import run_soak
+from ..soak.run import MODES, Mode, run_soak
 
 # Member processes killed and started at random take both cores: alone, after the parallel phase.
 pytestmark = pytest.mark.serial
@@ -29,7 +30,11 @@ def cluster() -> Iterator[Cluster]:
         yield c
 
 
-def test_short_soak_loses_nothing_and_keeps_every_invariant(cluster: Cluster, protocol: Protocol) -> None:
+@pytest.mark.parametrize("protocol", MODES)
+def test_short_soak_loses_nothing_and_keeps_every_invariant(cluster: Cluster, protocol: Mode) -> None:
+    """Under each protocol, and ``mixed``: members alternate between classic cooperative-sticky and
+    KIP-848 as they are started, so the group is converted back and forth (a consumer-protocol member
+    waits while the broker would refuse to convert the group); no member dies of it."""
     kit = KafkaTestKit(cluster.bootstrap_servers, prefix=f"soak-{protocol}")
     try:
         figures = run_soak(

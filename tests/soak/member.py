@@ -336,6 +336,11 @@ def main() -> None:
     parser.add_argument("--drain", action="store_true", help="start in drain mode: no random actions")
     parser.add_argument("--commit-interval-ms", type=int, default=DEFAULT_COMMIT_INTERVAL_MS)
     parser.add_argument("--raw", action="store_true", help="the baseline: a raw Consumer, no pauses, no checks")
+    parser.add_argument(
+        "--migration-timeout",
+        default="30",
+        help="SafeConsumer's migration_timeout in seconds, or 'none' (wait for a convertible group for ever)",
+    )
     args = parser.parse_args()
     # SOAK_MEMBER_LOG_LEVEL=INFO (with the controller's --keep-logs) shows each member's rebalances.
     level = os.environ.get("SOAK_MEMBER_LOG_LEVEL", "WARNING")
@@ -357,7 +362,9 @@ def main() -> None:
             _drain.set()  # a member started for the drain acknowledges it ("D") like the others
         raw_main(Consumer(conf), list(args.topics), random.Random(args.seed))
         return
-    c = SafeConsumer(conf)
+    c = SafeConsumer(
+        conf, migration_timeout=None if args.migration_timeout == "none" else float(args.migration_timeout)
+    )
     member = Member(c, list(args.topics), random.Random(args.seed))
     print("S", flush=True)
     try:

@@ -2,7 +2,9 @@
 
     python -m tests.soak.run [--seconds 180] [--protocol range ...] [--seed soak] [--rate 300]
 
-Per protocol (classic range, classic cooperative-sticky, KIP-848 ``consumer``), on fresh topics
+Per protocol (classic range, classic cooperative-sticky, KIP-848 ``consumer``, and ``mixed``: a
+group between protocols, whose members alternate between classic cooperative-sticky and
+``consumer`` as they are started, so that the broker converts it back and forth), on fresh topics
 and a fresh group: a producer thread writes numbered records to two topics (4 and 3 partitions)
 at ``--rate`` records/s, while the controller keeps between 1 and ``--members`` member processes
 (:mod:`tests.soak.member`) alive, starting, SIGKILLing and SIGTERMing them at random (seeded).
@@ -61,6 +63,13 @@ PARTITIONS = (4, 3)
 CLOSE_DEADLINE = 30.0
 
 Key = tuple[int, int, int]  # (topic index, partition, offset)
+
+#: What a soak runs: one protocol for every member, or ``mixed`` (members alternate between classic
+#: cooperative-sticky and KIP-848, the first one classic: a group moving between protocols).
+Mode = Literal["range", "cooperative-sticky", "consumer", "mixed"]
+MODES: tuple[Mode, ...] = (*PROTOCOLS, "mixed")
+#: A mixed soak's member protocols, by start index.
+MIXED: tuple[Protocol, ...] = ("cooperative-sticky", "consumer")
 
 
 @dataclass
@@ -230,7 +239,7 @@ class Soak:
     def __init__(
         self,
         kit: KafkaTestKit,
-        protocol: Protocol,
+        protocol: Mode,
         *,
         seconds: float,
         seed: str,
@@ -299,11 +308,15 @@ class Soak:
             "tests.soak.member",
             self.kit.bootstrap_servers,
             self.group,
-            self.protocol,
+            self._protocol_of(index),
             f"{self.seed}-{index}",
             *self.topics,
             f"--commit-interval-ms={self.commit_interval_ms}",
         ]
+        if self.protocol == "mixed":
+            # A consumer-protocol member waits, without joining, while the broker would refuse to
+            # convert the classic cooperative-sticky group (docs/migrating-to-kip-848.md).
+            cmd.append("--migration-timeout=none")
         if drain:
             cmd.append("--drain")
         if self.raw:
@@ -313,8 +326,14 @@ class Soak:
         member.reader = threading.Thread(target=self._read, args=(member,), name=f"soak-read-{index}", daemon=True)
         self.members.append(member)  # before its first line is read: records name their first reader by index
         member.reader.start()
-        self._say(f"start member {index} (pid {proc.pid}){' in drain mode' if drain else ''}")
+        self._say(
+            f"start member {index} (pid {proc.pid}, {self._protocol_of(index)}){' in drain mode' if drain else ''}"
+        )
         return member
+
+    def _protocol_of(self, index: int) -> Protocol:
+        """The protocol of the member started ``index``-th."""
+        return MIXED[index % len(MIXED)] if self.protocol == "mixed" else self.protocol
 
     def _read(self, member: _Member) -> None:
         """Take in one member's stdout until it ends (the process exited or was killed)."""
@@ -624,7 +643,7 @@ class Soak:
         return self.figures
 
 
-def run_soak(kit: KafkaTestKit, protocol: Protocol, *, seconds: float, seed: str = "soak", **options: Any) -> Figures:
+def run_soak(kit: KafkaTestKit, protocol: Mode, *, seconds: float, seed: str = "soak", **options: Any) -> Figures:
     """Run one protocol's soak on ``kit``'s broker; the options are :class:`Soak`'s."""
     return Soak(kit, protocol, seconds=seconds, seed=seed, **options).run()
 
@@ -632,7 +651,7 @@ def run_soak(kit: KafkaTestKit, protocol: Protocol, *, seconds: float, seed: str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.soak.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=180.0, help="chaos time per protocol (default 180)")
-    parser.add_argument("--protocol", action="append", choices=PROTOCOLS, help="repeatable; default all three")
+    parser.add_argument("--protocol", action="append", choices=MODES, help="repeatable; default all three and mixed")
     parser.add_argument("--seed", default="soak")
     parser.add_argument(
         "--runs", type=int, default=1, help="seeded runs per protocol (seeds SEED-1 ... SEED-N when more than one)"
@@ -655,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
         help="after each protocol, the same churn with raw confluent_kafka.Consumer members (no pauses)",
     )
     args = parser.parse_args(argv)
-    protocols: list[Protocol] = args.protocol or list(PROTOCOLS)
+    protocols: list[Mode] = args.protocol or list(MODES)
     results: list[Figures] = []
     external = bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     with_faults = not (args.no_faults or external)
