@@ -1,6 +1,6 @@
 """``safeconsumer doctor``: describe a live consumer group and flag what causes incidents.
 
-    python -m safeconsumer doctor --bootstrap-servers HOST:PORT --group GROUP [--json]
+    python -m safeconsumer doctor --bootstrap-servers HOST:PORT --group GROUP [--json] [--migrate]
 
 It describes the group with the admin API (protocol, state, assignor, coordinator, and per
 member: member id, client id, host, group.instance.id, assigned partitions by topic), reads
@@ -22,6 +22,20 @@ the coordinator's group size limit, and reports findings, each with what to do:
   while its members have no ``group.instance.id``;
 - ``group_empty``: no member consumes the group (it does not exist, or everyone left).
 
+With ``--migrate`` the report also checks moving the group to ``group.protocol=consumer``
+(KIP-848) by a rolling restart, and gets a ``migration`` section (:mod:`._migrate_check`):
+
+- ``consumer_protocol_unsupported``: the brokers do not offer the consumer protocol
+  (``group.coordinator.rebalance.protocols`` without ``consumer``);
+- ``online_migration_disabled``: ``group.consumer.migration.policy`` forbids converting this
+  classic group while it has members (upgrade), or converting it back (downgrade);
+- ``classic_only_keys``: the consumer config carries keys librdkafka refuses with
+  ``group.protocol=consumer`` (each named with what replaces it, and the config to use);
+- ``upgrade_refused``: the broker will refuse to convert this group (KAFKA-18134: librdkafka's
+  ``cooperative-sticky`` and ``sticky`` assignments carry assignor data; more members than
+  ``group.consumer.max.size``; a group that is not a consumer group). The refused member dies
+  of a fatal error (GROUP_ID_NOT_FOUND at its first heartbeat).
+
 Exit status: 0 healthy, 1 findings, 2 cannot connect (or bad arguments). ``--json`` prints one
 object whose shape is documented in ``docs/group-health.md`` (``"schema": 1``).
 """
@@ -39,18 +53,31 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    ResourceType,
+)
 
 from . import dead_letters
 from ._cli import add_config_option
 from ._errors import is_auth_failure
+from ._findings import Finding
 from ._health import admin_config, describe_group, enum_name
 from ._memory import FetchEstimate, FetchLimits, estimate, mib
+from ._migrate_check import (
+    NOT_A_CONSUMER_GROUP,
+    group_config,
+    integer,
+    migration_findings,
+    migration_plan,
+    render_migration,
+)
 
 #: Share of the broker's group size limit from which ``group_size`` is reported.
 SIZE_WARNING = 0.8
@@ -86,17 +113,6 @@ class MemberReport:
 
 
 @dataclass
-class Finding:
-    """Something worth an operator's attention: a stable ``code``, what was found, what to do."""
-
-    code: str
-    severity: str  # "warning" | "critical"
-    message: str
-    advice: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class Report:
     """A described group and its findings (``to_json()``: the ``--json`` object)."""
 
@@ -121,6 +137,8 @@ class Report:
     fetch_memory: dict[str, Any] | None = None
     #: What ``--observe`` saw: seconds, membership changes, restarts (None: not observed).
     observed: dict[str, Any] | None = None
+    #: The ``--migrate`` check (``_migrate_check.migration_plan``; None: not asked, left out of the JSON).
+    migration: dict[str, Any] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -129,6 +147,8 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         del out["consumers_per_process"], out["fetch_memory_budget"]  # both in fetch_memory
+        if self.migration is None:
+            del out["migration"]  # only with --migrate: the shape without it is as it was
         return {"schema": SCHEMA, **out, "healthy": self.healthy}
 
 
@@ -155,6 +175,7 @@ def diagnose(
     consumers_per_process: int = 1,
     fetch_memory_budget: int = DEFAULT_BUDGET,
     observe: float = 0.0,
+    migrate: bool = False,
 ) -> Report:
     """Describe ``group`` and find what causes incidents. Raises :class:`CannotConnect`.
 
@@ -163,6 +184,8 @@ def diagnose(
     settings (security, addressing) are used to connect. ``connection``: the admin client's
     settings as they are (``-X``).
     ``observe``: seconds to watch the group's membership for (0: describe once).
+    ``migrate``: check moving the group to ``group.protocol=consumer`` (``Report.migration``);
+    ``config``, if given (not empty), is then the config the members run with today.
     """
     limits = FetchLimits.from_config(config or {})
     refused: list[KafkaError] = []  # logins the cluster refused (librdkafka retries them silently)
@@ -188,26 +211,34 @@ def diagnose(
     observed = None
     if observe > 0:
         observed = _observe(admin, group, observe, timeout)
+    protocol_type = "consumer"  # the group's, as far as the admin API describes it
     try:
         description = describe_group(admin, group, timeout)
     except (KafkaException, concurrent.futures.TimeoutError) as exc:
         reason = exc.args[0] if exc.args else "timed out"
-        raise CannotConnect(f"cannot describe group {group!r} on {bootstrap_servers}: {reason}") from None
-    members = _members(description)
+        other = NOT_A_CONSUMER_GROUP.search(str(reason.str() if isinstance(reason, KafkaError) else reason))
+        if not (migrate and other):
+            raise CannotConnect(f"cannot describe group {group!r} on {bootstrap_servers}: {reason}") from None
+        # A classic group of another protocol type (Kafka Connect's workers, ...): librdkafka
+        # describes only consumer groups, and says which type this one has.
+        protocol_type, description = other.group(1) or "unknown", None
+    members = _members(description) if description is not None else []
     protocol = _name(getattr(description, "type", "classic"))
     if protocol not in ("classic", "consumer"):
         protocol = "classic"
-    coordinator = description.coordinator
+    coordinator = description.coordinator if description is not None else None
     coord = None if coordinator is None else {"id": coordinator.id, "host": coordinator.host, "port": coordinator.port}
-    limit = _size_limit(admin, coordinator.id if coordinator is not None else None, protocol, timeout)
+    # The brokers' group settings are alike; a group of another protocol type has no coordinator here.
+    asked = coordinator.id if coordinator is not None else min(cluster.brokers, default=None) if migrate else None
+    settings = _broker_settings(admin, asked, timeout)
     report = Report(
         group=group,
         bootstrap_servers=bootstrap_servers,
         protocol=protocol,
-        state=_name(description.state),
-        assignor=description.partition_assignor or "",
+        state=_name(description.state) if description is not None else "unknown",
+        assignor=(description.partition_assignor or "") if description is not None else "",
         coordinator=coord,
-        limit=limit,
+        limit=_size_limit(settings if coordinator is not None else None, protocol),
         members=members,
         findings=[],
         consumer=asdict(limits),
@@ -218,6 +249,14 @@ def diagnose(
         observed=observed,
     )
     report.fetch_memory = fetch_memory(report)
+    if migrate:
+        report.migration = migration_plan(
+            report,
+            config or None,
+            settings,
+            group_config(admin, group, timeout),
+            protocol_type=protocol_type,
+        )
     report.findings = findings(report)
     return report
 
@@ -327,25 +366,35 @@ def _by_topic(partitions: Sequence[Any]) -> dict[str, list[int]]:
     return {t: sorted(p) for t, p in sorted(out.items())}
 
 
-def _size_limit(admin: AdminClient, broker_id: int | None, protocol: str, timeout: float) -> dict[str, Any] | None:
-    """The coordinator's group size limit for the group's protocol, or None if unreadable."""
+def _broker_settings(admin: AdminClient, broker_id: int | None, timeout: float) -> dict[str, str] | None:
+    """One broker's config (the group coordinator's), or None if unreadable (no DescribeConfigs ACL)."""
     if broker_id is None:
         return None
-    setting = "group.consumer.max.size" if protocol == "consumer" else "group.max.size"
     resource = ConfigResource(ResourceType.BROKER, str(broker_id))
     try:
         entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout + 1)
     except (KafkaException, concurrent.futures.TimeoutError):
         return None
-    entry = entries.get(setting)
-    if entry is None or entry.value is None:
-        return None
-    return {"setting": setting, "value": int(entry.value)}
+    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+
+
+def _size_limit(settings: Mapping[str, str] | None, protocol: str) -> dict[str, Any] | None:
+    """The coordinator's group size limit for the group's protocol, or None if unreadable."""
+    setting = "group.consumer.max.size" if protocol == "consumer" else "group.max.size"
+    value = integer((settings or {}).get(setting))
+    return None if value is None else {"setting": setting, "value": value}
 
 
 def findings(report: Report) -> list[Finding]:
     """Everything worth an operator's attention in a described group (pure: unit-tested)."""
+    return _group_findings(report) + migration_findings(report)
+
+
+def _group_findings(report: Report) -> list[Finding]:
     out: list[Finding] = []
+    other = report.migration is not None and report.migration["group"]["protocol_type"] != "consumer"
+    if not report.members and other:
+        return out  # not a consumer group: its members are not described (upgrade_refused says so)
     if not report.members:
         out.append(
             Finding(
@@ -495,6 +544,8 @@ def render(report: Report) -> str:
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     lines.append("")
+    if report.migration is not None:
+        lines += [*render_migration(report.migration), ""]
     if not report.findings:
         lines.append("healthy: no findings")
     for f in report.findings:
@@ -546,6 +597,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="SECONDS",
         help="watch the group's membership this long first (static membership finding; default 0: not watched)",
+    )
+    doctor.add_argument(
+        "--migrate",
+        action="store_true",
+        help="check moving the group to group.protocol=consumer (KIP-848): the brokers' support and policy, "
+        "the consumer config's classic-only keys (give the config the members run with today), and whether "
+        "the broker can convert the group",
     )
     doctor.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
     dead_letters.add_command(commands)
@@ -629,6 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             consumers_per_process=args.consumers_per_process,
             fetch_memory_budget=args.fetch_memory_budget,
             observe=args.observe,
+            migrate=args.migrate,
         )
     except CannotConnect as exc:
         sys.stderr.write(f"safeconsumer doctor: {exc}\n")
