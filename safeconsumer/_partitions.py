@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -88,6 +88,9 @@ class PartitionState:
 class _Limbo:
     state: PartitionState
     ahead: list[Message]
+    #: librdkafka's position when it was revoked (after the last record it returned: handed out,
+    #: or waiting here), or None when it had none.
+    position: int | None = None
 
 
 def _records(msgs: Iterable[Message]) -> int:
@@ -186,7 +189,8 @@ class PartitionTable:
         """Partitions become owned (``replace``: ``keys`` is the whole new assignment).
 
         Limbo is resolved: partitions that came back get their state and read-ahead back (and
-        a ``resume_at`` offset after the last record held for them); the others are purged.
+        a ``resume_at`` offset after the last record held for them, else their position at the
+        revocation); the others are purged.
         Returns the partitions that left for good here (limbo not returned, or owned and not
         in a replacing assignment): their partition marks must go.
 
@@ -213,6 +217,12 @@ class PartitionTable:
                         last = parked.state.held[-1]
                     if last is not None:
                         self.resume_at[key] = last.offset() + 1  # type: ignore[operator]
+                    elif parked.position is not None:
+                        self.resume_at[key] = parked.position
+                        # librdkafka reports no position for it before its first record: until
+                        # then, this is what is stored for it (and where a next limbo resumes).
+                        parked.state.seek_target = parked.position
+                        self.dirty = True
                     if parked.state.held:
                         self.maybe_releasable = True
                 else:
@@ -248,8 +258,13 @@ class PartitionTable:
         self._count_purge(count, _PURGE_OF_LEAVE[reason])
         return gone
 
-    def to_limbo(self, keys: Iterable[Key]) -> set[Key]:
+    def to_limbo(self, keys: Iterable[Key], positions: Mapping[Key, int] | None = None) -> set[Key]:
         """Eagerly revoked partitions: not owned any more, their state kept until the next assignment.
+
+        ``positions``: librdkafka's position of each at the revocation (where a partition that
+        comes back with nothing held reads on: after what the application was handed, which it
+        may still be working on; its committed offset would hand it out again). Without one (none
+        read since it was assigned at an offset), its seek target stands in.
 
         Called by the rebalancer's _left() for an eager revocation that a re-assignment may follow. Moves state
         and read-ahead records from ``owned``/``ahead`` to ``limbo``; bumps ``epoch``.
@@ -266,7 +281,8 @@ class PartitionTable:
         for key in gone:
             state = self.owned.pop(key)
             state.applied = False
-            self.limbo[key] = _Limbo(state, [m for m in taken if _key(m) == key])
+            position = (positions or {}).get(key, state.seek_target)
+            self.limbo[key] = _Limbo(state, [m for m in taken if _key(m) == key], position)
         return gone
 
     def restores_applied(self) -> None:

@@ -541,7 +541,12 @@ class Rebalancer:
         self._client.resume(gone, leaving=True)
         eager = rebalance and reason == "revoked" and not self.incremental and self.subscribed and not self._closing()
         if eager and not final:
-            table.to_limbo(gone)
+            # Where each reads on if it comes back with nothing held: after what the application was
+            # handed (it may still be working on it, so nothing was stored for it): I3, I8.
+            positions = {
+                (tp.topic, tp.partition): tp.offset for tp in self._client.position(sorted(gone)) if tp.offset >= 0
+            }
+            table.to_limbo(gone, positions)
         else:
             table.left(gone, reason)
             self._ledger.unmark_partitions(gone)

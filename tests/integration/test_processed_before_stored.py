@@ -17,6 +17,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -263,3 +264,51 @@ def test_raw_consumer_commits_past_the_unfinished_rest_of_a_batch(
         assert not unfinished & {(r[1], r[2]) for r in got.records}, "nobody gets the unfinished rest"
     finally:
         nxt.close()
+
+
+def test_a_record_held_through_eager_rebalances_is_not_handed_to_its_member_again(kafka: KafkaTestKit) -> None:
+    """Classic ``range`` (eager): the member is working on the last record it was handed (inside
+    ``keepalive()``, not come back: nothing stored for it) when a peer joins, and its partition is
+    revoked and given back in that same rebalance; then the peer leaves and it happens again, before
+    a record was read (librdkafka reports no position then). The partition reads on after what the
+    member was handed, both times: its committed offset (behind the record it works on) would hand
+    the record to it again. Once it comes back, the offset past the record is committed."""
+    topic, other = kafka.create_topic(partitions=1), kafka.create_topic(partitions=1)
+    group = kafka.name("g")
+    # The keeper polls a parked member well before max.poll.interval.ms runs out: 6 s keeps that often.
+    member = SafeConsumer(kafka.consumer_conf(group, "range", max_poll_interval_ms=6000))
+    member.subscribe([topic])
+    got = Received()
+    kafka.produce(topic, 10, partitions=1)
+    checked_pump([(member, got)], lambda: len(got.records) == 10, timeout=30, what="ten records")
+    peer = SafeConsumer(kafka.consumer_conf(group, "range"))
+    peer.subscribe([other])  # range assigns by topic: the member gets its partition back every time
+    peer_got = Received()
+    with member.keepalive():  # still working on offset 9
+        pump_members = [(peer, peer_got)]
+        checked_pump(pump_members, peer.assignment, timeout=30, what="the peer joined")
+        wait_until(lambda: len(kafka.describe_group(group).members) == 2, timeout=30, what="two members")
+        wait_until(
+            lambda: kafka.describe_group(group).state == "STABLE",
+            timeout=30,
+            what="the join's rebalance done",
+            step=lambda: checked_poll(peer, peer_got, 0.1),
+        )
+        peer.close()
+        wait_until(
+            lambda: len(kafka.describe_group(group).members) == 1 and kafka.describe_group(group).state == "STABLE",
+            timeout=30,
+            what="the leave's rebalance done",
+        )
+    checked_pump([(member, got)], member.assignment, timeout=30, what="the member's partition")
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        checked_poll(member, got, 0.1)
+    assert [r[2] for r in got.records] == list(range(10)), "a record was handed to its member again"
+    wait_until(
+        lambda: kafka.committed(group, topic, 1) == {0: 10},
+        timeout=30,
+        what="the offset past the record committed",
+        step=lambda: checked_poll(member, got, 0.2),
+    )
+    member.close()

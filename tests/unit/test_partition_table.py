@@ -361,3 +361,35 @@ def test_close_forgets_receipts() -> None:
     _handed_to_an_asyncio_caller(table, [_msg(A0, 1)])
     table.cleared()
     assert not table.transit and not table.pending
+
+
+def test_eager_limbo_with_nothing_held_reads_on_from_its_position_at_the_revocation() -> None:
+    """The application may still be working on what it was handed (nothing stored for it): the
+    committed offset would hand it the same records again; its position does not."""
+    table = _table(A0, A1)
+    table.to_limbo([A0, A1], {A0: 10, A1: 4})
+    table.stored()
+    table.assigned([A0, A1], replace=True)
+    assert table.resume_at == {A0: 10, A1: 4}
+    assert table.owned[A0].seek_target == 10, "stored for it until librdkafka reports a position"
+    assert table.dirty
+
+
+def test_eager_limbo_prefers_the_records_held_for_a_partition_to_its_position() -> None:
+    table = _table(A0)
+    table.ahead.extend([_msg(A0, 7), _msg(A0, 8)])
+    table.to_limbo([A0], {A0: 9})
+    table.assigned([A0], replace=True)
+    assert table.resume_at == {A0: 9} and [m.offset() for m in table.ahead] == [7, 8]
+    assert table.owned[A0].seek_target is None, "the held records are stored as they are processed"
+
+
+def test_a_partition_revoked_again_before_a_record_was_read_reads_on_from_the_same_place() -> None:
+    """librdkafka reports no position for a partition assigned at an offset until its first record."""
+    table = _table(A0)
+    table.to_limbo([A0], {A0: 10})
+    table.assigned([A0], replace=True)
+    table.restores_applied()
+    table.to_limbo([A0], {})
+    table.assigned([A0], replace=True)
+    assert table.resume_at == {A0: 10}
