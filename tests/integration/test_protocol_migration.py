@@ -26,10 +26,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from safeconsumer import FatalConsumerError, GroupMigrationError, SafeConsumer
 from safeconsumer.testing import KafkaTestKit, wait_until
+
+from ..support import Received, checked_poll, checked_pump, keys
 
 PARTITIONS = 4
 
@@ -314,3 +316,95 @@ def test_the_rebalance_explainer_names_each_conversion(kafka: KafkaTestKit, capl
     assert said("peer left")
     assert not any("(classic/range): unknown" in r.getMessage() for r in caplog.records)
     classic.close()
+
+
+# -- the invariants through an upgrade and a rollback -------------------------------------------------
+
+
+def _effective(c: SafeConsumer, paused_topic: str, marked: tuple[str, int]) -> set[tuple[str, int]]:
+    """What should be paused on ``c``: every owned partition of the paused topic, and the marked
+    partition while it stays owned (a partition that left loses its mark)."""
+    owned = keys(c.assignment())
+    return {k for k in owned if k[0] == paused_topic} | ({marked} & owned)
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_every_invariant_holds_through_an_upgrade_and_a_rollback(
+    kafka: KafkaTestKit, strategy: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SafeConsumer members on both sides: a classic member with a topic mark and a partition mark,
+    a consumer-protocol member joining (the group converts) and leaving (it converts back), the
+    classic member inside ``keepalive()`` for longer than ``max.poll.interval.ms`` while the group
+    converts. At every step: nothing of a paused or unowned partition is returned (I1, I2, checked
+    at each return), the marks equal intent on the assignment of the moment (I4), the member in
+    keepalive is never evicted (I5), no partition is healed by the stall guard (I11); at the end
+    every record was delivered, none twice by one member (I3)."""
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    data, held = kafka.create_topic(partitions=PARTITIONS), kafka.create_topic(partitions=2)
+    group = kafka.name("g")
+    lost: list[str] = []
+    max_poll = {"max.poll.interval.ms": 6000}
+    classic = SafeConsumer(_conf(kafka, group, strategy, **max_poll))
+    classic.subscribe([data, held], on_lost=lambda _c, p: lost.append(f"classic lost {sorted(keys(p))}"))
+    classic_got, upgraded_got = Received(), Received()
+    members: list[tuple[Consumer, Received]] = [(classic, classic_got)]
+    checked_pump(members, lambda: len(classic.assignment()) == PARTITIONS + 2, timeout=30, what="the classic member")
+    marked = (data, 0)
+    classic.pause_topics([held])
+    classic.pause([TopicPartition(*marked)])
+    kafka.produce(data, 200, partitions=PARTITIONS)
+    kafka.produce(held, 20, partitions=2, start=1000)
+    checked_pump(members, lambda: len(classic_got.records) >= 150, timeout=30, what="the unpaused records")
+
+    def marks_hold() -> None:
+        assert keys(classic.paused()) == _effective(classic, held, marked), "I4: marks differ from intent"
+        assert classic.pause_state().topics == frozenset({held})
+
+    marks_hold()
+    # Upgrade: a consumer-protocol member joins while the classic member works inside keepalive().
+    upgraded = SafeConsumer(_conf(kafka, group, "consumer"), migration_timeout=2.0)
+    upgraded.subscribe([data, held], on_lost=lambda _c, p: lost.append(f"upgraded lost {sorted(keys(p))}"))
+    members.append((upgraded, upgraded_got))
+    with classic.keepalive():
+        wait_until(
+            upgraded.assignment,
+            timeout=60,
+            what="the consumer-protocol member assigned",
+            step=lambda: checked_poll(upgraded, upgraded_got, 0.1),
+        )
+        worked_until = time.monotonic() + 8  # longer than max.poll.interval.ms (6 s)
+        while time.monotonic() < worked_until:
+            checked_poll(upgraded, upgraded_got, 0.1)
+    assert kafka.describe_group(group).type == "CONSUMER"
+    checked_pump(
+        members,
+        lambda: len(keys(classic.assignment()) | keys(upgraded.assignment())) == PARTITIONS + 2,
+        timeout=30,
+        what="the mixed group assigned",
+    )
+    marks_hold()
+    # Rollback: the consumer-protocol member leaves; the group converts back.
+    upgraded.close()
+    members.pop()
+    checked_pump(members, lambda: len(classic.assignment()) == PARTITIONS + 2, timeout=30, what="all back")
+    wait_until(lambda: kafka.describe_group(group).type == "CLASSIC", timeout=30, what="the group classic again")
+    marks_hold()
+    classic.resume_topics([held])
+    classic.resume([TopicPartition(*marked)])
+    every = {(data, p, o) for p, o in _offsets(kafka, data)} | {(held, p, o) for p, o in _offsets(kafka, held)}
+
+    def delivered() -> set[tuple[str, int, int]]:
+        return {r[:3] for r in classic_got.records + upgraded_got.records}
+
+    checked_pump(members, lambda: every <= delivered(), timeout=60, what="every record delivered (I3)")
+    for name, got in (("classic", classic_got), ("upgraded", upgraded_got)):
+        seen = [r[:3] for r in got.records]
+        twice = sorted({r for r in seen if seen.count(r) > 1})
+        assert not twice, f"I3: the {name} member delivered {twice} twice"
+    assert lost == [], f"I5: a member lost its partitions: {lost}"
+    assert not [r for r in caplog.records if "stalled" in r.getMessage()], "I11: a healthy partition healed"
+    classic.close()
+
+
+def _offsets(kafka: KafkaTestKit, topic: str) -> list[tuple[int, int]]:
+    return [(p, o) for p, end in kafka.end_offsets(topic).items() for o in range(end)]
