@@ -147,8 +147,9 @@ def _caught_up(received: Received, ends: dict[int, int]) -> Callable[[], bool]:
 
 
 def _next_member(kafka: KafkaTestKit, group: str, protocol: Protocol, topic: str) -> tuple[SafeConsumer, Received]:
-    """A member that only reads: with auto-commit off, the committed offsets stay the dead member's."""
-    c = SafeConsumer(kafka.consumer_conf(group, protocol, enable_auto_commit=False))
+    """A member that only reads: with auto-commit off, the committed offsets stay the dead member's.
+    (A consumer-protocol one joining a classic cooperative-sticky group waits at most 2 s for it.)"""
+    c = SafeConsumer(kafka.consumer_conf(group, protocol, enable_auto_commit=False), migration_timeout=2.0)
     c.subscribe([topic])
     return c, Received()
 
@@ -161,12 +162,15 @@ def _run_child(
     *,
     raw: bool = False,
     secrets_dir: Path | None = None,
+    next_protocol: Protocol | None = None,
 ) -> tuple[str, str, Child, dict[int, int], SafeConsumer, Received]:
     """Let a child die in ``mode``; then a next member reads the group's partitions to their end.
 
     Returns (topic, group, child, committed offsets when the child had died, next member, what it read).
     ``secrets_dir``: where the child's client config (a secured broker's credentials) is written.
+    ``next_protocol``: the next member's protocol, when not the child's (a group between protocols).
     """
+    peer_protocol = next_protocol or protocol
     partitions = REVOKE_PARTITIONS if mode == "revoke" else 1
     topic = kafka.create_topic(partitions=partitions)
     group = kafka.name("g")
@@ -187,7 +191,7 @@ def _run_child(
         kafka.produce(topic, 10, partitions=1, start=NTH - 1)
     if mode == "revoke":
         child.wait_for("K", timeout=60)
-        nxt, got = _next_member(kafka, group, protocol, topic)
+        nxt, got = _next_member(kafka, group, peer_protocol, topic)
         # The peer's join makes the child's keeper serve a rebalance while its batch is unfinished.
         child.wait_dead(timeout=60, step=lambda: checked_poll(nxt, got))
         assert child.saw("V"), f"the rebalance never took partitions from the child: {child.describe()}"
@@ -197,10 +201,31 @@ def _run_child(
     kafka.produce(topic, TAIL * partitions, partitions=partitions, start=10_000)
     ends = kafka.end_offsets(topic)
     if nxt is None:
-        nxt, got = _next_member(kafka, group, protocol, topic)
+        nxt, got = _next_member(kafka, group, peer_protocol, topic)
     # The dead member holds its partitions until its session times out; then they are the next member's.
     checked_pump([(nxt, got)], _caught_up(got, ends), timeout=60, what="the next member to read every partition")
     return topic, group, child, committed, nxt, got
+
+
+@pytest.mark.parametrize(
+    ("protocol", "next_protocol"),
+    [("range", "consumer"), ("cooperative-sticky", "consumer"), ("consumer", "cooperative-sticky")],
+    ids=["range-upgraded", "cooperative-sticky-upgraded", "consumer-downgraded"],
+)
+def test_a_member_killed_mid_batch_while_a_peer_of_the_other_protocol_joins_skips_nothing(
+    kafka: KafkaTestKit, protocol: Protocol, next_protocol: Protocol, spawn: Callable[[list[str]], Child]
+) -> None:
+    """Groups between protocols (I8, I9): the child holds an unfinished batch inside ``keepalive()``
+    when a member of the other protocol joins (the broker converts the group, or takes a classic
+    member into a consumer group) and takes partitions from it; the child dies. The next member gets
+    every record the child had not finished."""
+    topic, _group, child, committed, nxt, got = _run_child(
+        kafka, protocol, "revoke", spawn, next_protocol=next_protocol
+    )
+    try:
+        _check_nothing_unfinished_was_lost(kafka, topic, child, committed, got)
+    finally:
+        nxt.close()
 
 
 @pytest.mark.parametrize("mode", ["consume", "poll", "keepalive", "revoke", "aio", "aio-keepalive"])
