@@ -111,9 +111,16 @@ def test_raw_consumer_protocol_member_dies_joining_a_rebalanced_cooperative_stic
 
 
 @pytest.mark.parametrize("assignor", ["range", "roundrobin"])
-def test_raw_consumer_protocol_member_converts_a_rebalanced_eager_group(kafka: KafkaTestKit, assignor: str) -> None:
+@pytest.mark.parametrize("rebalancing", [False, True], ids=["stable", "rebalancing"])
+def test_raw_consumer_protocol_member_converts_a_rebalanced_eager_group(
+    kafka: KafkaTestKit, assignor: str, rebalancing: bool
+) -> None:
+    """Also while the group rebalances: a classic member has just left, the other not rejoined."""
     topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
     members = _rebalanced_classic_group(kafka, topic, group, assignor)
+    if rebalancing:
+        members.pop().close()
+        wait_until(lambda: kafka.describe_group(group).state != "STABLE", timeout=10, what="the group rebalancing")
     joiner = Consumer(_conf(kafka, group, "consumer"))
     joiner.subscribe([topic])
     assert _fatal_event(joiner, members, timeout=30) is None
