@@ -12,7 +12,6 @@ as a process while the members keep polling.
 from __future__ import annotations
 
 import json
-import logging
 import socket
 import struct
 import subprocess
@@ -31,6 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from safeconsumer._health import HELPER_LOG
 from safeconsumer.testing import Broker, KafkaTestKit, wait_until
 
 from ..support import Received, pump
@@ -40,17 +40,9 @@ from .test_doctor import ROOT, _doctor
 CLASSIC_ONLY = {"group.coordinator.rebalance.protocols": "classic"}
 
 
-def _quiet() -> logging.Logger:
-    log = logging.getLogger("tests.doctor_migrate.librdkafka")
-    log.propagate = False
-    if not log.handlers:
-        log.addHandler(logging.NullHandler())
-    return log
-
-
 def _classic(kafka: KafkaTestKit, group: str, topic: str, assignor: str, client_id: str) -> Consumer:
     conf = kafka.consumer_conf(group, "range", partition_assignment_strategy=assignor)
-    c = Consumer({**conf, "client.id": client_id, "logger": _quiet()})
+    c = Consumer({**conf, "client.id": client_id, "logger": HELPER_LOG})
     c.subscribe([topic])
     return c
 
@@ -190,7 +182,7 @@ def test_a_broker_without_the_consumer_protocol_is_found(
         assert report["findings"][0]["details"] == {"rebalance_protocols": ["classic"]}
         assert report["migration"]["broker"]["consumer_protocol"] is False
         # What the finding foretells: a consumer-protocol member dies at its first heartbeat.
-        c = Consumer({**kafka.consumer_conf(group, "consumer"), "logger": _quiet()})
+        c = Consumer({**kafka.consumer_conf(group, "consumer"), "logger": HELPER_LOG})
         started.append(c)
         c.subscribe([topic])
         seen = Received()
@@ -232,7 +224,7 @@ def test_a_cooperative_sticky_group_that_rebalanced_is_refused_and_a_range_group
             assert finding["details"] == {"reason": "assignor_data", "assignor": assignor, "members": 2}
             assert "KAFKA-18134" in finding["message"] and "migration_timeout" in finding["advice"]
         # What the finding foretells: the first consumer-protocol member of a rolling upgrade.
-        c = Consumer({**kafka.consumer_conf(group, "consumer"), "logger": _quiet()})
+        c = Consumer({**kafka.consumer_conf(group, "consumer"), "logger": HELPER_LOG})
         started.append(c)
         c.subscribe([topic])
         seen = Received()  # librdkafka's fatal error arrives as poll()'s error event (not error_cb)
@@ -255,7 +247,7 @@ def test_a_group_a_consumer_protocol_member_converted_is_reported_as_consumer(ka
     started: list[Consumer] = [a]
     try:
         pump(members, lambda: len(a.assignment()) == 4, timeout=45, what="the classic member to own 4 partitions")
-        b = Consumer({**kafka.consumer_conf(group, "consumer"), "client.id": "consumer-member", "logger": _quiet()})
+        b = Consumer({**kafka.consumer_conf(group, "consumer"), "client.id": "consumer-member", "logger": HELPER_LOG})
         started.append(b)
         b.subscribe([topic])
         members.append((b, Received()))
