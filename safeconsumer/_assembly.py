@@ -20,6 +20,7 @@ Nothing here runs after construction except the closures it hands out: the expla
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -219,7 +220,13 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
     client.on_error = explainer.error_seen
     joining = None
     if protocol == "consumer" and group_id and settings.migration_timeout != 0:
-        joining = JoinGate(group_id, lambda: GroupDescriber(config, group_id), timeout=settings.migration_timeout)
+        joining = JoinGate(
+            group_id,
+            lambda: GroupDescriber(config, group_id),
+            timeout=settings.migration_timeout,
+            # Joins from the gate's thread as it opens (the reader's next call would otherwise).
+            on_open=lambda: _locked(lock, life, rebalancer.join_due, time.monotonic()),
+        )
         client.migration_reason = lambda: joining.reason if joining is not None else None
     rebalancer = Rebalancer(
         consumer,

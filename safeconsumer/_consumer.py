@@ -142,12 +142,12 @@ class SafeConsumer(DeprecatedNames, Consumer):
             :class:`Skip` logs and counts it and goes on; :class:`DeadLetter` retries processing with
             backoff inside a keepalive, then writes the record to a dead-letter topic, and lets its
             offset be stored only once that write was acknowledged (docs/poison-records.md).
-        :param migration_timeout: with ``group.protocol=consumer``: seconds a first ``subscribe()`` may
-            wait, without joining, while its group is a classic group the broker would refuse to convert
-            (a ``cooperative-sticky`` one, KAFKA-18134); it joins as soon as the group can be converted
-            (its classic members left, or a peer converted it), or when this runs out (default 30; then
-            a refusal raises :class:`GroupMigrationError`). ``None``: waits for ever; ``0``: joins at once,
-            as upstream. See docs/migrating-to-kip-848.md.
+        :param migration_timeout: with ``group.protocol=consumer``: seconds a first ``subscribe()`` waits,
+            without joining, while its group is a classic group with members, which the broker may
+            refuse to convert (a ``cooperative-sticky`` one, KAFKA-18134): it joins as soon as the group
+            is empty or a peer converted it, or when this runs out (default 30; then a refusal raises
+            :class:`GroupMigrationError`). ``None``: waits for ever; ``0``: joins at once, as upstream
+            (a ``range`` or ``roundrobin`` group converts). See docs/migrating-to-kip-848.md.
         """
         # The config is judged as confluent_kafka and librdkafka judge it, before anything else.
         settings = judge(

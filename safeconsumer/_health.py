@@ -196,6 +196,31 @@ class GroupDescriber:
         admin, self._admin = self._admin, None
         return admin
 
+    def listed(self, timeout: float) -> GroupView | None:
+        """The group's state and type from listing the cluster's groups (ListGroups, sent to every
+        broker: no coordinator request, so none of librdkafka #4605's aborts when the coordinator's
+        broker is down). No members and no assignor. None when it cannot be told: no answer, or a
+        broker that did not answer may hold it. A group that does not exist is ``DEAD``."""
+        from confluent_kafka.admin import AdminClient
+
+        if self._released:
+            return None
+        try:
+            admin = self._admin
+            if admin is None:
+                admin = self._admin = AdminClient(self._conf)
+            result = admin.list_consumer_groups(request_timeout=timeout).result(timeout=timeout + 1)
+        except Exception as exc:  # noqa: BLE001 - best effort: the caller asks again
+            logger.debug("listing the groups failed: %s", exc)
+            return None
+        for listing in result.valid or []:
+            if listing.group_id == self._group_id:
+                return GroupView(enum_name(listing.state), {}, kind=enum_name(listing.type))
+        if result.errors:
+            logger.debug("listing the groups: %d broker(s) did not answer", len(result.errors))
+            return None
+        return GroupView("DEAD", {}, kind="")
+
     def describe(self, timeout: float) -> GroupView | None:
         """The group now, or None when the broker did not answer in time (logged at DEBUG)."""
         from confluent_kafka.admin import AdminClient

@@ -13,24 +13,31 @@ assignment the leader sends (measured on Kafka 4.3.1 with confluent-kafka 2.16.1
 ``tests/integration/test_protocol_migration.py``; ``range`` and ``roundrobin`` groups convert).
 
 So a consumer-protocol SafeConsumer does not hand its subscription to librdkafka at once. Its
-:class:`JoinGate` first describes the group on a thread of its own (off the application's
-calls) and judges it (:func:`judge`):
+:class:`JoinGate` first looks the group up on a thread of its own (off the application's calls)
+and judges it (:func:`judge`). It lists the cluster's groups (ListGroups, sent to every broker)
+rather than describing the group: describing is a request to the group's coordinator, and
+librdkafka's admin client aborts the whole process when such a request meets a coordinator whose
+broker is down (librdkafka #4605; seen here in the soak with broker faults). A listing gives the
+group's state and type, not its assignor, so:
 
-- *join*: no group yet, an empty one, a consumer group (mixed or not), a classic group whose
-  assignor's assignments carry no assignor data (``range``, ``roundrobin``), or no answer from
-  the broker (then librdkafka's own behaviour is all there is to have);
-- *wait*: a classic group with members whose assignor is ``cooperative-sticky``, ``sticky`` or
-  one the broker may refuse: the gate describes it again every ``check_every`` seconds and opens
-  as soon as the group can be converted (its classic members left, or a peer converted it), or
-  when ``migration_timeout`` ran out: then the member joins as upstream's would (a group in its
-  first generation does convert), and if the broker refuses, the fatal error says why
-  (:func:`._errors.classify`, with :attr:`JoinGate.reason`).
+- *join*: no group yet, an empty one, a consumer group (mixed or not);
+- *wait*: a classic group with members (whose assignor may be one the broker refuses), or no
+  answer yet: the gate looks again every ``check_every`` seconds and opens as soon as the group
+  can be converted (its classic members left, or a peer converted it), or when
+  ``migration_timeout`` ran out: then the member joins as upstream's would (a ``range`` or
+  ``roundrobin`` group converts then, and so does a ``cooperative-sticky`` one in its first
+  generation), and if the broker refuses, the fatal error says why (:func:`._errors.classify`,
+  with :attr:`JoinGate.reason`). ``safeconsumer doctor --migrate`` tells which groups convert
+  (it may describe: it is not the application's process); for those ``migration_timeout=0``
+  converts at once.
 
 States of a gate: *idle* (``due`` 0: nothing waits; the subscription, if any, is librdkafka's),
 *describing* (a subscription waits; the thread judges the group), *open* (the thread's verdict
 is to join: the reader's next call hands the subscription to librdkafka, and the gate is idle
 again). The rebalancer owns the gate; the reader runs it when due, on the application's calls
-(:meth:`._rebalance.Rebalancer.join_due`). Classic members never wait: a classic member joining
+(:meth:`._rebalance.Rebalancer.join_due`), and so does the gate's thread when it opens (under the
+consumer's lock): a member that is not polling joins at once too, as upstream's does. Classic
+members never wait: a classic member joining
 a consumer group is taken in as a mixed member.
 """
 
@@ -59,28 +66,33 @@ MIGRATION_TIMEOUT = 30.0
 ASK_EVERY = 0.05
 
 
+#: The reason to wait while the broker has not told the group's state.
+NO_ANSWER = "the brokers have not told the group's state yet"
+
+
 def judge(view: GroupView | None) -> str | None:
-    """Why a consumer-protocol member should not join the group described as ``view`` yet, or
-    None when the broker can take it in now (``view`` None: the broker did not answer)."""
-    if view is None or view.kind.upper() != "CLASSIC":
-        return None
-    if view.state.upper() in ("EMPTY", "DEAD") or not view.members:
+    """Why a consumer-protocol member should not join the group seen as ``view`` yet, or None when
+    the broker can take it in now (``view`` None: the brokers did not answer)."""
+    if view is None:
+        return NO_ANSWER
+    if view.kind.upper() != "CLASSIC" or view.state.upper() in ("EMPTY", "DEAD"):
         return None
     assignor = view.assignor.lower()
     if assignor in CONVERTIBLE_ASSIGNORS:
         return None
-    named = f"the {view.assignor!r} assignor" if view.assignor else "an assignor it did not name"
+    named = f"the {view.assignor!r} assignor" if view.assignor else "an assignor a listing does not name"
     return (
-        f"it is a classic group with {len(view.members)} member(s) using {named}: Kafka refuses to convert a "
-        "classic group whose assignments carry assignor data (KAFKA-18134), and librdkafka's "
-        "cooperative-sticky assignments do once the group rebalanced after its first assignment"
+        f"it is a classic group with members ({view.state.lower()}), using {named}: Kafka refuses to convert "
+        "a classic group whose assignments carry assignor data (KAFKA-18134), as librdkafka's "
+        "cooperative-sticky assignments do once the group rebalanced after its first assignment "
+        "(range and roundrobin groups convert)"
     )
 
 
-class Describes(Protocol):
+class Lists(Protocol):
     """What the gate needs of a :class:`._health.GroupDescriber`."""
 
-    def describe(self, timeout: float) -> GroupView | None: ...
+    def listed(self, timeout: float) -> GroupView | None: ...
 
     def release(self) -> None: ...
 
@@ -91,16 +103,20 @@ class JoinGate:
     def __init__(
         self,
         group_id: str,
-        describer: Callable[[], Describes],
+        describer: Callable[[], Lists],
         *,
         timeout: float | None,
         check_every: float = 1.0,
+        on_open: Callable[[], object] = lambda: None,
     ) -> None:
         self._group_id = group_id
         self._describer = describer
         #: Seconds a subscription may wait for a convertible group (None: for ever).
         self.timeout = timeout
         self._check_every = check_every
+        #: Called on the gate's thread once it opened: the subscription goes to librdkafka then (under
+        #: the consumer's lock), as upstream's member joins without waiting for a poll().
+        self._on_open = on_open
         #: When the reader should next ask :meth:`ready` (0: idle, nothing waits).
         self.due = 0.0
         #: Why the last subscription waited (None: it did not): the fatal error's explanation if
@@ -153,14 +169,14 @@ class JoinGate:
         started = time.monotonic()
         try:
             while not stop.is_set():
-                reason = judge(describer.describe(timeout=5.0))
+                reason = judge(describer.listed(timeout=5.0))
                 if stop.is_set():
                     break
                 if reason is None:
-                    if self.reason is not None:
+                    if self.reason not in (None, NO_ANSWER):
                         logger.info("group %r can take this consumer-protocol member now: joining", self._group_id)
                     break
-                if self.reason is None:
+                if reason != NO_ANSWER and self.reason in (None, NO_ANSWER):
                     logger.warning(
                         "not joining group %r yet: %s; waiting up to %s for it to become convertible. %s",
                         self._group_id,
@@ -182,3 +198,5 @@ class JoinGate:
         finally:
             describer.release()
             opened.set()
+        if not stop.is_set():
+            self._on_open()

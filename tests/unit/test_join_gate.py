@@ -8,7 +8,7 @@ import time
 import pytest
 
 from safeconsumer._health import GroupView, Member
-from safeconsumer._migration import JoinGate, judge
+from safeconsumer._migration import NO_ANSWER, JoinGate, judge
 
 
 def _view(kind: str, state: str = "STABLE", members: int = 2, assignor: str = "") -> GroupView:
@@ -19,7 +19,6 @@ def _view(kind: str, state: str = "STABLE", members: int = 2, assignor: str = ""
 @pytest.mark.parametrize(
     "view",
     [
-        None,  # no answer: librdkafka's own behaviour
         _view("CONSUMER", assignor=""),
         _view("CLASSIC", assignor="range"),
         _view("CLASSIC", assignor="roundrobin"),
@@ -27,10 +26,21 @@ def _view(kind: str, state: str = "STABLE", members: int = 2, assignor: str = ""
         _view("CLASSIC", state="DEAD", members=0),
         _view("UNKNOWN", state="DEAD", members=0),
     ],
-    ids=["no-answer", "consumer-group", "range", "roundrobin", "empty-sticky", "dead", "no-group"],
+    ids=["consumer-group", "range", "roundrobin", "empty-sticky", "dead", "no-group"],
 )
-def test_a_group_the_broker_converts_or_replaces_is_joined_now(view: GroupView | None) -> None:
+def test_a_group_the_broker_converts_or_replaces_is_joined_now(view: GroupView) -> None:
     assert judge(view) is None
+
+
+def test_without_an_answer_the_gate_waits() -> None:
+    assert judge(None) == NO_ANSWER
+
+
+def test_a_listed_classic_group_with_members_waits_its_assignor_unknown() -> None:
+    """A listing (the gate's safe lookup) gives no assignor: a classic group with members may be one
+    the broker refuses."""
+    reason = judge(GroupView("STABLE", {}, None, kind="CLASSIC"))
+    assert reason is not None and "an assignor a listing does not name" in reason
 
 
 @pytest.mark.parametrize("assignor", ["cooperative-sticky", "sticky", "custom", ""])
@@ -39,7 +49,7 @@ def test_a_classic_group_with_members_on_another_assignor_waits(assignor: str, s
     reason = judge(_view("CLASSIC", state=state, assignor=assignor))
     assert reason is not None
     assert "KAFKA-18134" in reason
-    assert (repr(assignor) if assignor else "an assignor it did not name") in reason
+    assert (repr(assignor) if assignor else "an assignor a listing does not name") in reason
 
 
 class Describer:
@@ -50,7 +60,7 @@ class Describer:
         self.released = threading.Event()
         self.calls = 0
 
-    def describe(self, timeout: float) -> GroupView | None:
+    def listed(self, timeout: float) -> GroupView | None:
         self.calls += 1
         return self.views.pop(0) if len(self.views) > 1 else self.views[0]
 
@@ -69,7 +79,7 @@ def _ready_within(gate: JoinGate, seconds: float) -> bool:
 
 def test_the_gate_opens_when_the_group_becomes_convertible_and_is_idle_after() -> None:
     sticky, empty = _view("CLASSIC", assignor="cooperative-sticky"), _view("CLASSIC", state="EMPTY", members=0)
-    describer = Describer(sticky, sticky, empty)
+    describer = Describer(None, sticky, empty)
     gate = JoinGate("g", lambda: describer, timeout=None, check_every=0.01)
     assert gate.due == 0.0 and not gate.ready(time.monotonic())
     gate.hold()
