@@ -317,6 +317,10 @@ class Soak:
             # A consumer-protocol member waits, without joining, while the broker would refuse to
             # convert the classic cooperative-sticky group (docs/migrating-to-kip-848.md).
             cmd.append("--migration-timeout=none")
+        else:
+            # One protocol: the group is never classic with members for a consumer-protocol member,
+            # so the join gate would only add its admin lookup (docs/testing.md: librdkafka #4605).
+            cmd.append("--migration-timeout=0")
         if drain:
             cmd.append("--drain")
         if self.raw:
