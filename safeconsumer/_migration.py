@@ -198,5 +198,5 @@ class JoinGate:
         finally:
             describer.release()
             opened.set()
-        if not stop.is_set():
+        if not stop.is_set() and self.due:  # (due 0: the reader's call joined already; the lock is not taken)
             self._on_open()
