@@ -196,20 +196,23 @@ class GroupDescriber:
         admin, self._admin = self._admin, None
         return admin
 
+    def _client(self) -> Any:
+        """The admin client, created at first use (may raise: the callers answer None)."""
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient(self._conf)
+        return self._admin
+
     def listed(self, timeout: float) -> GroupView | None:
         """The group's state and type from listing the cluster's groups (ListGroups, sent to every
         broker: no coordinator request, so none of librdkafka #4605's aborts when the coordinator's
         broker is down). No members and no assignor. None when it cannot be told: no answer, or a
         broker that did not answer may hold it. A group that does not exist is ``DEAD``."""
-        from confluent_kafka.admin import AdminClient
-
         if self._released:
             return None
         try:
-            admin = self._admin
-            if admin is None:
-                admin = self._admin = AdminClient(self._conf)
-            result = admin.list_consumer_groups(request_timeout=timeout).result(timeout=timeout + 1)
+            result = self._client().list_consumer_groups(request_timeout=timeout).result(timeout=timeout + 1)
         except Exception as exc:  # noqa: BLE001 - best effort: the caller asks again
             logger.debug("listing the groups failed: %s", exc)
             return None
@@ -223,15 +226,10 @@ class GroupDescriber:
 
     def describe(self, timeout: float) -> GroupView | None:
         """The group now, or None when the broker did not answer in time (logged at DEBUG)."""
-        from confluent_kafka.admin import AdminClient
-
         if self._released:
             return None
         try:
-            admin = self._admin
-            if admin is None:
-                admin = self._admin = AdminClient(self._conf)
-            group = describe_group(admin, self._group_id, timeout)
+            group = describe_group(self._client(), self._group_id, timeout)
         except Exception as exc:  # noqa: BLE001 - explaining is best effort; never the consumer's failure
             logger.debug("describing group %r failed: %s", self._group_id, exc)
             return None
