@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import KafkaError
 
+from ._describe_process import DescribeProcess, description_fields, enum_name
+
 if TYPE_CHECKING:
     from ._telemetry import LazyTelemetry
 
@@ -170,12 +172,6 @@ def describe_group(admin: Any, group_id: str, timeout: float) -> Any:
     return future.result(timeout=timeout + 1)
 
 
-def enum_name(value: object) -> str:
-    """An admin API enum's name (``ConsumerGroupState.STABLE`` -> ``"STABLE"``), or its text."""
-    name = getattr(value, "name", None)
-    return str(name if name is not None else value)
-
-
 class GroupDescriber:
     """Describes one group through the admin API (its client created at first use)."""
 
@@ -184,17 +180,33 @@ class GroupDescriber:
         self._group_id = group_id
         self._admin: Any = None
         self._released = False
+        self._process = DescribeProcess(self._conf, HELPER_LOG)
 
     def release(self) -> None:
-        """Drop the admin client (its threads end once it is collected); describe no more."""
+        """Drop the admin client (its threads end once it is collected) and end the describe
+        process; describe no more."""
         self._released = True
         self._admin = None
+        self._process.stop()
 
-    def idle(self) -> Any:
-        """Nothing to explain for a while: hand the admin client over (its threads and buffers,
-        a few MiB) for the caller to drop outside its locks; the next rebalance creates another."""
+    @property
+    def isolated(self) -> bool:
+        """Whether describing happens in a child process (see :mod:`._describe_process`)."""
+        return self._process.usable
+
+    def idle(self) -> Callable[[], None]:
+        """Nothing to explain for a while: what drops the admin client (its threads and buffers,
+        a few MiB) and ends the describe process, for the caller to call outside its locks; the
+        next rebalance creates them again."""
         admin, self._admin = self._admin, None
-        return admin
+        process = self._process
+
+        def drop() -> None:
+            nonlocal admin
+            admin = None
+            process.stop()
+
+        return drop
 
     def _client(self) -> Any:
         """The admin client, created at first use (may raise: the callers answer None)."""
@@ -228,22 +240,27 @@ class GroupDescriber:
         """The group now, or None when the broker did not answer in time (logged at DEBUG)."""
         if self._released:
             return None
-        try:
-            group = describe_group(self._client(), self._group_id, timeout)
-        except Exception as exc:  # noqa: BLE001 - explaining is best effort; never the consumer's failure
-            logger.debug("describing group %r failed: %s", self._group_id, exc)
-            return None
-        members = {
-            m.member_id: Member(m.member_id, m.client_id, m.host, m.group_instance_id) for m in group.members or []
-        }
-        owning = frozenset(m.member_id for m in group.members or [] if m.assignment and m.assignment.topic_partitions)
-        return GroupView(
-            enum_name(group.state),
-            members,
-            owning,
-            kind=enum_name(getattr(group, "type", "")),
-            assignor=str(group.partition_assignor or ""),
-        )
+        if self._process.usable:
+            fields = self._process.describe(self._group_id, timeout)
+        else:
+            try:
+                fields = description_fields(describe_group(self._client(), self._group_id, timeout))
+            except Exception as exc:  # noqa: BLE001 - explaining is best effort; never the consumer's failure
+                logger.debug("describing group %r failed: %s", self._group_id, exc)
+                return None
+        return None if fields is None else view_of(fields)
+
+
+def view_of(fields: Mapping[str, Any]) -> GroupView:
+    """A :class:`GroupView` of a description's :func:`description_fields`."""
+    members = fields["members"]
+    return GroupView(
+        fields["state"],
+        {m["member_id"]: Member(m["member_id"], m["client_id"], m["host"], m["instance_id"]) for m in members},
+        frozenset(m["member_id"] for m in members if m["owning"]),
+        kind=fields["kind"],
+        assignor=fields["assignor"],
+    )
 
 
 def _migration(before: str, after: str, joined: list[Member], left: list[Member]) -> str | None:
@@ -425,20 +442,21 @@ class RebalanceExplainer:
 
     def _run(self) -> None:
         while True:
-            idle, idle_admin = False, None
+            idle, drop = False, None
             with self._lock:
                 while not (self._waiting or self._refresh or self._stopped):
                     if not self._wake.wait(timeout=5.0) and not (self._waiting or self._refresh or self._stopped):
                         self._thread = None  # idle: the next rebalance starts a new thread
                         idle = True
-                        idle_admin = self._describer.idle() if self._describer is not None else None
+                        drop = self._describer.idle() if self._describer is not None else None
                         break
                 if not idle:
                     if self._stopped:
                         return
                     refresh, self._refresh = self._refresh, False
             if idle:
-                del idle_admin  # the admin client is destroyed here, outside the lock
+                if drop is not None:
+                    drop()  # the admin client and the describe process go here, outside the lock
                 return
             if refresh:
                 self._learn_members()
@@ -455,11 +473,12 @@ class RebalanceExplainer:
         threads and buffers) goes at once, not after the idle wait. Made at a join, it would
         otherwise live through the consumer's busiest seconds (measured: peak RSS of a fast
         ``poll()`` application 1.12x raw with it, 1.04x without). The next rebalance makes another."""
-        admin = None
+        drop = None
         with self._lock:
             if not (self._waiting or self._refresh or self._stopped) and self._describer is not None:
-                admin = self._describer.idle()
-        del admin  # destroyed here, outside the lock
+                drop = self._describer.idle()
+        if drop is not None:
+            drop()  # outside the lock
 
     def _learn_members(self) -> None:
         """The baseline after this member joined: one answer, taken at once (a peer joining a
@@ -532,13 +551,14 @@ class RebalanceExplainer:
         return "session_lost"
 
     def _describe(self) -> GroupView | None:
-        """The group as described now; None (not asked) while the cluster reported a broker or the
-        coordinator unreachable in the last ``TROUBLE_QUIET`` seconds. librdkafka 2.16's admin client
-        can abort the whole process when a coordinator request times out while its broker is down
-        (an assertion in ``rd_kafka_enq_once_del_source_return``, seen once in the soak with broker
-        faults): an explanation is not worth that risk, so such rebalances are counted ``unknown``."""
+        """The group as described now. Described in this process (no describe process could be
+        started: :mod:`._describe_process`), None (not asked) while the cluster reported a broker
+        or the coordinator unreachable in the last ``TROUBLE_QUIET`` seconds: librdkafka 2.16's
+        admin client can abort the whole process when a coordinator request meets a connection
+        that just dropped (librdkafka #4605), and an explanation is not worth that risk, so such
+        rebalances are counted ``unknown``. The quiet period narrows that window; it does not close it."""
         assert self._describer is not None
-        if time.monotonic() - self._trouble_at < TROUBLE_QUIET:
+        if not self._describer.isolated and time.monotonic() - self._trouble_at < TROUBLE_QUIET:
             logger.debug("not describing the group: a broker or the coordinator was unreachable lately")
             return None
         return self._describer.describe(timeout=DESCRIBE_TIMEOUT)

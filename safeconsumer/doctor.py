@@ -66,9 +66,10 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from . import dead_letters
 from ._cli import add_config_option
+from ._describe_process import enum_name
 from ._errors import is_auth_failure
 from ._findings import Finding
-from ._health import admin_config, describe_group, enum_name
+from ._health import admin_config, describe_group
 from ._memory import FetchEstimate, FetchLimits, estimate, mib
 from ._migrate_check import (
     NOT_A_CONSUMER_GROUP,

@@ -21,7 +21,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from .._health import describe_group, enum_name
+from .._describe_process import enum_name
+from .._health import describe_group
 
 T = TypeVar("T")
 

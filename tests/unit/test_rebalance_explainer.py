@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,10 +33,12 @@ class Telemetry:
 class Group:
     """What describing the group answers, in turn (the last answer repeats)."""
 
-    def __init__(self, *views: GroupView | None) -> None:
+    def __init__(self, *views: GroupView | None, isolated: bool = False) -> None:
         self.views = list(views)
         self.calls = 0
         self.idled = 0
+        #: Whether describing runs in a child process (then no abort of librdkafka's can reach us).
+        self.isolated = isolated
 
     def describe(self, timeout: float) -> GroupView | None:
         self.calls += 1
@@ -44,9 +47,10 @@ class Group:
     def release(self) -> None:
         pass
 
-    def idle(self) -> None:
-        """The admin client handed over between rebalances (none here)."""
+    def idle(self) -> Callable[[], None]:
+        """What drops the admin client and the describe process between rebalances (none here)."""
         self.idled += 1
+        return lambda: None
 
 
 def _view(state: str, *ids: str) -> GroupView:
@@ -218,10 +222,11 @@ def test_the_admin_client_gets_the_connection_settings_and_no_consumer_settings(
 
 
 @pytest.mark.parametrize("code", [KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.NOT_COORDINATOR])
-def test_the_group_is_not_described_while_a_broker_or_the_coordinator_is_unreachable(code: int) -> None:
-    """librdkafka 2.16's admin client can abort the process when a coordinator request times out
-    while its broker is down: within 30 s of such an error the explainer does not describe, and the
-    rebalance is counted unknown."""
+def test_the_group_is_not_described_in_process_while_a_broker_or_the_coordinator_is_unreachable(code: int) -> None:
+    """librdkafka 2.16's admin client can abort the process when a coordinator request meets a
+    connection that just dropped: describing in this process (no describe process could be
+    started), within 30 s of such an error the explainer does not describe, and the rebalance is
+    counted unknown."""
     group = Group(_view("STABLE", "me", "b"))
     explainer, telemetry = _explainer(group)
     explainer.error_seen(code)
@@ -233,6 +238,19 @@ def test_the_group_is_not_described_while_a_broker_or_the_coordinator_is_unreach
     explainer._trouble_at -= 31.0  # the trouble is over: describing again
     explainer.callback("assigned", "joined")
     wait_until(lambda: group.calls > 0, timeout=5, what="a describe once the trouble is over")
+    explainer.close()
+
+
+def test_a_describe_process_describes_through_the_trouble() -> None:
+    """Described in a child process, an abort ends only the child: the explainer keeps explaining."""
+    group = Group(_view("STABLE", "me"), _view("STABLE", "me", "b"), isolated=True)
+    explainer, telemetry = _explainer(group)
+    explainer.error_seen(KafkaError._TRANSPORT)
+    explainer.callback("assigned", "joined")
+    wait_until(lambda: group.calls > 0, timeout=5, what="the baseline described")
+    explainer.callback("assigned", None)
+    wait_until(lambda: bool(telemetry.counted), timeout=5, what="the rebalance counted")
+    assert telemetry.counted == [("assigned", "peer_joined")]
     explainer.close()
 
 
