@@ -228,6 +228,7 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
             on_open=lambda: _locked(lock, life, rebalancer.join_due, time.monotonic()),
         )
         client.migration_reason = lambda: joining.reason if joining is not None else None
+        client.config = config
     rebalancer = Rebalancer(
         consumer,
         client,
@@ -257,6 +258,8 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
         tick=telemetry.wake,
     )
     client.on_failed_offset_fetch = rebalancer.failed_offset_fetch
+    if joining is not None:
+        client.on_refused_join = rebalancer.refused_join
     reader = Reader(client, table, gate, rebalancer, stall, real_call_every=min(1.0, max_poll_s / 10))
     offsets = Offsets(
         life=life, client=client, table=table, gate=gate, rebalancer=rebalancer, commit_retry=settings.commit_retry

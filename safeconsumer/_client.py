@@ -23,13 +23,13 @@ import logging
 import sys
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from ._auth import AuthWatch
-from ._errors import FatalConsumerError, auth_failed, classify, consumer_closed, is_auth_failure
+from ._errors import FatalConsumerError, GroupMigrationError, auth_failed, classify, consumer_closed, is_auth_failure
 from ._keys import Key
 from ._requery import is_failed_offset_fetch
 
@@ -97,6 +97,11 @@ class RawClient:
         #: _migration), if it did: told to the error a refused conversion becomes.
         self.migration_reason: Callable[[], str | None] = lambda: None
         self._on_fatal = on_fatal
+        #: The config librdkafka was created with (:meth:`renew` creates it again with it).
+        self.config: Mapping[str, Any] = {}
+        #: Asked when the broker refused to convert the group at this member's first heartbeat:
+        #: True when the member waits to join again (the client made anew) instead of failing.
+        self.on_refused_join: Callable[[], bool] | None = None
         #: Told the code of every error librdkafka reports (the rebalance explainer's evidence).
         self.on_error: Callable[[int], None] | None = None
         #: Told of every error event saying librdkafka gave up fetching committed offsets.
@@ -111,14 +116,39 @@ class RawClient:
         self.reads = 0
         self.moves = 0
 
+    @property
+    def group_id(self) -> str:
+        return self._group_id
+
     # -- error translation -----------------------------------------------------------------
-    def check_event(self, error: KafkaError) -> None:
-        """An error event on its way to the application: a fatal one stops the consumer."""
+    def check_event(self, error: KafkaError, *, absorb: bool = False) -> bool:
+        """An error event on its way to the application: a fatal one stops the consumer. With
+        ``absorb`` (an event librdkafka returned, not raised), a refused first join that waits
+        again (``on_refused_join``) is absorbed: True, and the event does not reach the application."""
         if self.on_error is not None:
             self.on_error(error.code())
         fatal = classify(error, self._group_id, self.instance_id, self.migration_reason())
         if fatal is not None:
+            refused = absorb and isinstance(fatal, GroupMigrationError) and self.on_refused_join is not None
+            if refused and self.on_refused_join is not None and self.on_refused_join():
+                return True
             self._on_fatal(fatal, error)
+        return False
+
+    def renew(self) -> None:
+        """Make the client anew after a fatal error that only refused its first join (no partition
+        came): librdkafka's instance is closed and a new one created with the same config, in the
+        same ``Consumer`` object (confluent_kafka takes a new ``__init__`` once ``close()`` released
+        its instance; pinned in ``tests/integration/test_protocol_migration.py``). No subscription:
+        the caller subscribes again."""
+        consumer = self._live()
+        try:
+            Consumer.close(consumer)
+        except Exception as exc:  # noqa: BLE001 - the instance had failed already; it is released all the same
+            logger.debug("close before renewing the client reported %s", exc)
+        Consumer.__init__(consumer, dict(self.config))
+        self._pending = None
+        self.moves += 1
 
     def reported(self, error: KafkaError) -> None:
         """An error librdkafka reported to ``error_cb`` (the :class:`._auth.ErrorTap`), on the thread
@@ -178,10 +208,10 @@ class RawClient:
             self._after_call()
         errors = bool(batch) and any(map(_error, batch))
         if errors:
-            for msg in batch:
-                err = msg.error()
-                if err is not None:
-                    self._error_event(msg, err)
+            absorbed = [msg for msg in batch if (err := msg.error()) is not None and self._error_event(msg, err)]
+            if absorbed:
+                batch = [msg for msg in batch if not any(msg is a for a in absorbed)]
+                errors = any(map(_error, batch))
         return batch, errors
 
     def poll(self, timeout: float) -> Message | None:
@@ -194,14 +224,17 @@ class RawClient:
             self._after_call()
         if msg is not None:
             err = msg.error()
-            if err is not None:
-                self._error_event(msg, err)
+            if err is not None and self._error_event(msg, err):
+                return None
         return msg
 
-    def _error_event(self, msg: Message, err: KafkaError) -> None:
-        self.check_event(err)
+    def _error_event(self, msg: Message, err: KafkaError) -> bool:
+        """An error event librdkafka returned; True when it was absorbed (see :meth:`check_event`)."""
+        if self.check_event(err, absorb=True):
+            return True
         if self.on_failed_offset_fetch is not None and is_failed_offset_fetch(err):
             self.on_failed_offset_fetch(msg)
+        return False
 
     # -- flags and positions -----------------------------------------------------------------
     def pause(self, keys: Iterable[Key]) -> None:

@@ -91,6 +91,8 @@ class DescribeProcess:
         self._child: subprocess.Popen[bytes] | None = None
         self._buffer = b""
         self._next_id = 0
+        #: The running child has answered (until then it may still be starting: ``START_GRACE``).
+        self._answered = False
         self._lock = threading.Lock()
 
     @property
@@ -104,16 +106,25 @@ class DescribeProcess:
         child = self._child
         return None if child is None else child.pid
 
+    def warm(self) -> None:
+        """Start the child now, so that a describe soon after does not wait for it to start."""
+        with self._lock:
+            if self._child is None:
+                self._child = self._start()
+                self._answered = False
+
     def describe(self, group_id: str, timeout: float) -> dict[str, Any] | None:
         """The group's :func:`description_fields`; None when it could not be told (no answer in
         time, the broker's error, or the child died: each logged, and a dead child replaced at
         the next call)."""
         with self._lock:
-            child = self._child or self._start()
+            if self._child is None:
+                self._child = self._start()
+                self._answered = False
+            child = self._child
             if child is None:
                 return None
-            grace = START_GRACE if self._child is None else 1.0
-            self._child = child
+            grace = 1.0 if self._answered else START_GRACE
             self._next_id += 1
             request = {"id": self._next_id, "group": group_id, "timeout": timeout}
             try:
@@ -126,6 +137,7 @@ class DescribeProcess:
             answer = self._answer(self._next_id, time.monotonic() + timeout + grace)
             if answer is None:
                 return None
+            self._answered = True
             if "error" in answer:
                 self._log.debug("describing group %r failed: %s", group_id, answer["error"])
                 return None

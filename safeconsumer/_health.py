@@ -189,6 +189,18 @@ class GroupDescriber:
         self._admin = None
         self._process.stop()
 
+    def warm(self) -> None:
+        """A describe is likely soon (the member subscribed): start the describe process now."""
+        if not self._released and self._process.usable:
+            self._process.warm()
+
+    def between_rebalances(self) -> Any:
+        """The in-process admin client, handed over for the caller to drop outside its locks (the
+        describe process stays: it is not this process's memory, and the next rebalance soon after
+        is explained the sooner; :meth:`idle` ends it)."""
+        admin, self._admin = self._admin, None
+        return admin
+
     @property
     def isolated(self) -> bool:
         """Whether describing happens in a child process (see :mod:`._describe_process`)."""
@@ -378,6 +390,13 @@ class RebalanceExplainer:
             return
         self._start()
 
+    def subscribed(self) -> None:
+        """The member subscribed: it joins soon, and its join is described at once (the baseline
+        to name later peers by), so the describe process starts now, off the caller's thread."""
+        describer = self._describer
+        if describer is not None and describer.isolated:
+            threading.Thread(target=describer.warm, name="safeconsumer-describe-warm", daemon=True).start()
+
     def fatal(self, cause: Cause) -> None:
         """The member stopped for good (group full, fenced as a static member)."""
         self._report(cause, [])
@@ -472,13 +491,13 @@ class RebalanceExplainer:
         """Nothing more to describe now: the admin client (a second librdkafka instance, its
         threads and buffers) goes at once, not after the idle wait. Made at a join, it would
         otherwise live through the consumer's busiest seconds (measured: peak RSS of a fast
-        ``poll()`` application 1.12x raw with it, 1.04x without). The next rebalance makes another."""
-        drop = None
+        ``poll()`` application 1.12x raw with it, 1.04x without). The next rebalance makes another.
+        A describe process stays until the explainer is idle: its memory is not this process's."""
+        admin = None
         with self._lock:
             if not (self._waiting or self._refresh or self._stopped) and self._describer is not None:
-                drop = self._describer.idle()
-        if drop is not None:
-            drop()  # outside the lock
+                admin = self._describer.between_rebalances()
+        del admin  # destroyed here, outside the lock
 
     def _learn_members(self) -> None:
         """The baseline after this member joined: one answer, taken at once (a peer joining a
@@ -490,6 +509,12 @@ class RebalanceExplainer:
             if view is not None and not self._waiting:
                 self._known = view.baseline(self._me)
                 self._known_kind = view.kind
+                logger.debug(
+                    "group %r after this member joined: %d member(s), type %s",
+                    self._group_id,
+                    len(self._known),
+                    view.kind or "not told",
+                )
 
     def _settled(self) -> bool:
         """Wait until no callback came for ``settle`` seconds (one rebalance may run several).

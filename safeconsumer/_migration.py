@@ -122,17 +122,27 @@ class JoinGate:
         #: Why the last subscription waited (None: it did not): the fatal error's explanation if
         #: the broker refuses the member all the same.
         self.reason: str | None = None
+        #: When the subscription that waits first waited (a wait again after a refused join,
+        #: :meth:`hold` ``again``, keeps it: ``timeout`` bounds the whole wait).
+        self._started = 0.0
+        #: The gate opened because ``timeout`` ran out, not because the group could be converted.
+        self.timed_out = False
         self._open = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def hold(self) -> None:
+    def hold(self, *, again: bool = False) -> None:
         """Called by the rebalancer's subscribe() (lock held) when librdkafka has no subscription: the
-        subscription waits, the group is judged on the gate's thread. A gate already describing goes on."""
+        subscription waits, the group is judged on the gate's thread. A gate already describing goes on.
+        ``again``: the broker refused the join this gate let through (see :meth:`may_wait_again`); the
+        wait goes on within the same ``timeout``."""
         if self.due:
             return
         self.cancel()
-        self.reason = None
+        if not again:
+            self.reason = None
+            self._started = time.monotonic()
+        self.timed_out = False
         self._open, self._stop = threading.Event(), threading.Event()
         self.due = time.monotonic()
         thread = threading.Thread(
@@ -156,6 +166,13 @@ class JoinGate:
         self.due = now + ASK_EVERY
         return False
 
+    def may_wait_again(self, now: float) -> bool:
+        """Whether a join this gate let through, which the broker refused, may wait again: the gate
+        opened because the group could be converted (it changed between the look and the join: a
+        mixed group whose last consumer-protocol member left turns classic again) and ``timeout``
+        has not run out since the subscription first waited."""
+        return not self.timed_out and (self.timeout is None or now - self._started < self.timeout)
+
     def cancel(self) -> None:
         """The subscription that waited is gone (unsubscribe(), close(), a fatal error, the consumer
         dropped): the thread ends by itself; the gate is idle. Called on any thread."""
@@ -166,7 +183,7 @@ class JoinGate:
     def _run(self, opened: threading.Event, stop: threading.Event) -> None:
         """The gate's thread: judge the group until it can be converted, or the timeout ran out."""
         describer = self._describer()
-        started = time.monotonic()
+        started = self._started
         try:
             while not stop.is_set():
                 reason = judge(describer.listed(timeout=5.0))
@@ -186,6 +203,7 @@ class JoinGate:
                     )
                 self.reason = reason
                 if self.timeout is not None and time.monotonic() - started >= self.timeout:
+                    self.timed_out = True
                     logger.warning(
                         "group %r still cannot be converted after %g s (%s): joining as upstream's consumer "
                         "would; if the broker refuses, the consumer stops with a GroupMigrationError",

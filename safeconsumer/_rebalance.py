@@ -148,6 +148,8 @@ class Rebalancer:
         #: librdkafka has the subscription (set by the subscribe() that reached it, cleared by
         #: unsubscribe()): a subscribe() then only changes topics, it is no new join.
         self._joined = False
+        #: An assignment came since librdkafka got the subscription (a refused join is a first one only).
+        self._assigned_since_join = False
 
     @property
     def subscribed(self) -> bool:
@@ -160,6 +162,8 @@ class Rebalancer:
         rebalancer's callbacks, which run the application's ``callbacks`` (given by name). A
         consumer-protocol member's first join waits in its join gate first (see _migration)."""
         joining = self.joining
+        if self.subscription is None:
+            self._explainer.subscribed()
         if joining is not None and not self._joined:
             joining.hold()
         else:
@@ -175,6 +179,7 @@ class Rebalancer:
             Consumer.subscribe, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
         )
         self._joined = True
+        self._assigned_since_join = False
 
     def join_due(self, now: float) -> None:
         """Called by the reader when the join gate is due (lock held): the subscription that waited
@@ -182,6 +187,35 @@ class Rebalancer:
         joining = self.joining
         if joining is not None and joining.ready(now) and self.subscription is not None and not self._closing():
             self._subscribe(self.subscription)
+
+    def refused_join(self) -> bool:
+        """Called by the client (lock held) when the broker refused to convert the group at this
+        member's first heartbeat (fatal in librdkafka). True when the member waits again instead
+        of failing: its join gate let it through because the group could be converted, the group
+        changed before the heartbeat came (a mixed group turns classic again when its last
+        consumer-protocol member leaves), no partition came since, and ``migration_timeout`` has
+        not run out. The client is then made anew (:meth:`._client.RawClient.renew`) and the
+        subscription waits in the gate again."""
+        joining = self.joining
+        if (
+            joining is None
+            or not self._joined
+            or self._assigned_since_join
+            or self.subscription is None
+            or self._closing()
+            or not joining.may_wait_again(time.monotonic())
+        ):
+            return False
+        self._client.renew()
+        self._joined = False
+        joining.hold(again=True)
+        logger.warning(
+            "group %r refused this consumer-protocol member's first heartbeat: it turned into a classic group "
+            "the broker does not convert between the member's look at it and its join; the client was made anew "
+            "and waits for the group to become convertible again",
+            self._client.group_id,
+        )
+        return True
 
     def stop_joining(self) -> None:
         """The consumer stops (close(), a fatal error, dropped): a subscription that waited never joins."""
@@ -210,6 +244,7 @@ class Rebalancer:
 
     def _on_assign(self, partitions: list[TopicPartition], keys: list[Key]) -> None:
         table = self._table
+        self._assigned_since_join = True
         # Owned from here on, so that the user's callback sees owns() and paused() of the new assignment.
         self._ledger.unmark_partitions(table.assigned(keys, replace=not self.incremental))
         self._in_assign, self._assign_called = True, False

@@ -29,6 +29,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from safeconsumer import FatalConsumerError, GroupMigrationError, SafeConsumer
+from safeconsumer._health import GroupDescriber, GroupView
 from safeconsumer.testing import KafkaTestKit, wait_until
 
 from ..support import Received, checked_poll, checked_pump, keys
@@ -108,6 +109,28 @@ def test_raw_consumer_protocol_member_dies_joining_a_rebalanced_cooperative_stic
     joiner.close()
     for m in members:
         m.close()
+
+
+def test_raw_consumer_refused_at_its_first_join_can_be_initialized_again_in_place(kafka: KafkaTestKit) -> None:
+    """What a SafeConsumer refused at its first join builds on (``RawClient.renew``): once
+    ``close()`` released a ``Consumer``'s failed librdkafka instance, ``Consumer.__init__`` on the
+    same object creates a new one, which joins the group when it can be converted."""
+    topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
+    members = _rebalanced_classic_group(kafka, topic, group, "cooperative-sticky")
+    conf = _conf(kafka, group, "consumer")
+    joiner = Consumer(conf)
+    joiner.subscribe([topic])
+    assert _fatal_event(joiner, members, timeout=20) is not None
+    joiner.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        joiner.assignment()
+    Consumer.__init__(joiner, conf)
+    for m in members:
+        m.close()
+    joiner.subscribe([topic])
+    _polled_until([joiner], lambda: len(joiner.assignment()) == PARTITIONS, what="the new instance owns them all")
+    assert kafka.describe_group(group).type == "CONSUMER"
+    joiner.close()
 
 
 @pytest.mark.parametrize("assignor", ["range", "roundrobin"])
@@ -195,6 +218,59 @@ def test_safe_member_waits_for_an_unconvertible_group_and_joins_when_its_classic
     wait_until(lambda: len(got) >= 40, timeout=60, what="the joiner read what came after", step=step)
     assert kafka.describe_group(group).type == "CONSUMER"
     assert sorted(int(v) for v in got) == list(range(40, 80))
+    joiner.close()
+
+
+def test_safe_member_refused_after_a_stale_look_waits_again_instead_of_dying(
+    kafka: KafkaTestKit, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The group changed between the join gate's look and the member's first heartbeat (in a mixed
+    group, the last consumer-protocol member left and the group turned classic again; seen in the
+    mixed soak). Played here by a first look that answers "consumer group" for a classic
+    cooperative-sticky group that rebalanced: the broker refuses the join, which kills a raw member
+    (pinned above). The SafeConsumer is made anew, waits, and joins once the classic members left."""
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
+    members = _rebalanced_classic_group(kafka, topic, group, "cooperative-sticky")
+    looks: list[str] = []
+    real_listed = GroupDescriber.listed
+
+    def stale_first_look(self: GroupDescriber, timeout: float) -> GroupView | None:
+        view = real_listed(self, timeout)
+        if not looks and view is not None:
+            view = GroupView("STABLE", {}, kind="CONSUMER")  # what the group was a moment ago
+        looks.append(view.kind if view is not None else "")
+        return view
+
+    monkeypatch.setattr(GroupDescriber, "listed", stale_first_look)
+    joiner = SafeConsumer(_conf(kafka, group, "consumer"), migration_timeout=None)
+    joiner.subscribe([topic])
+
+    def refused_and_waiting() -> bool:
+        return any("refused this consumer-protocol member's first heartbeat" in r.getMessage() for r in caplog.records)
+
+    got = Received()
+
+    def step() -> None:
+        for m in members:
+            m.poll(0.02)
+        got.add(joiner.poll(0.1))
+
+    wait_until(refused_and_waiting, timeout=30, what="the refusal absorbed", step=step)
+    assert looks[0] == "CONSUMER"
+    # Waiting again: no error event, no record, the classic group undisturbed.
+    wait_until(lambda: len(looks) >= 2, timeout=10, what="the gate's next look", step=step)
+    assert looks[1] == "CLASSIC"
+    assert got.errors == [] and got.records == []
+    assert not joiner.assignment()
+    snapshot = kafka.describe_group(group)
+    assert snapshot.type == "CLASSIC" and len(snapshot.members) == 2
+    for m in members:
+        m.close()
+    kafka.produce(topic, 20, partitions=PARTITIONS)
+    checked_pump([(joiner, got)], lambda: len(got.records) == 20, timeout=60, what="the joiner read the backlog")
+    assert kafka.describe_group(group).type == "CONSUMER"
+    assert got.errors == []
     joiner.close()
 
 
@@ -301,7 +377,7 @@ def test_upstream_upgrade_downgrade_scenario(kafka: KafkaTestKit, strategy: str,
 def test_the_rebalance_explainer_names_each_conversion(kafka: KafkaTestKit, caplog: pytest.LogCaptureFixture) -> None:
     """A classic member's rebalances during an upgrade and a rollback: the peer is named, and so
     is what it did to the group (never ``unknown``)."""
-    caplog.set_level(logging.INFO, logger="safeconsumer")
+    caplog.set_level(logging.DEBUG, logger="safeconsumer")
     topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
     classic = SafeConsumer(_conf(kafka, group, "range", **{"client.id": "classic-member"}))
     classic.subscribe([topic])
@@ -309,6 +385,16 @@ def test_the_rebalance_explainer_names_each_conversion(kafka: KafkaTestKit, capl
 
     def said(text: str) -> bool:
         return any(text in r.getMessage() and "(classic/range)" in r.getMessage() for r in caplog.records)
+
+    # The explainer's baseline (the group as this member joined it) is taken before the upgrade
+    # begins: described after the upgraded member converted the group, it would be a consumer group
+    # already, and there would be no conversion to name.
+    wait_until(
+        lambda: any("after this member joined: 1 member(s), type CLASSIC" in r.getMessage() for r in caplog.records),
+        timeout=10,
+        what="the classic member's baseline",
+        step=lambda: classic.poll(0.05),
+    )
 
     # migration_timeout=0: a range group converts, no need to wait for it (docs/migrating-to-kip-848.md)
     upgraded = SafeConsumer(_conf(kafka, group, "consumer", **{"client.id": "upgraded-member"}), migration_timeout=0)

@@ -9,6 +9,7 @@ import pytest
 
 from safeconsumer._health import GroupView, Member
 from safeconsumer._migration import NO_ANSWER, JoinGate, judge
+from safeconsumer.testing import wait_until
 
 
 def _view(kind: str, state: str = "STABLE", members: int = 2, assignor: str = "") -> GroupView:
@@ -117,3 +118,37 @@ def test_a_group_joinable_at_once_leaves_no_reason() -> None:
     gate.hold()
     assert _ready_within(gate, 5)
     assert gate.reason is None
+
+
+def test_a_join_let_through_as_convertible_may_wait_again_within_the_timeout() -> None:
+    """The group changed between the gate's look and the join (the broker refused it): the
+    subscription waits again, and ``timeout`` counts from its first wait, not from the refusal."""
+    describer = Describer(_view("CONSUMER"), _view("CLASSIC", assignor="cooperative-sticky"))
+    gate = JoinGate("g", lambda: describer, timeout=1.0, check_every=0.01)
+    first = time.monotonic()
+    gate.hold()
+    assert _ready_within(gate, 5)
+    assert not gate.timed_out
+    # The refusal comes 0.6 s into the wait: 0.4 s of it are left.
+    wait_until(lambda: time.monotonic() - first >= 0.6, timeout=5, what="0.6 s into the wait")
+    assert gate.may_wait_again(time.monotonic())
+    again = time.monotonic()
+    gate.hold(again=True)
+    assert _ready_within(gate, 5), "the timeout still opens the gate"
+    assert gate.timed_out
+    assert time.monotonic() - first >= 1.0
+    assert time.monotonic() - again < 0.9, "the wait again started a timeout of its own"
+    assert not gate.may_wait_again(time.monotonic()), "a join the timeout let through is not retried"
+
+
+def test_no_wait_again_once_the_timeout_ran_out() -> None:
+    describer = Describer(_view("CONSUMER"))
+    gate = JoinGate("g", lambda: describer, timeout=0.2, check_every=0.01)
+    gate.hold()
+    assert _ready_within(gate, 5)
+    assert gate.may_wait_again(time.monotonic())
+    assert not gate.may_wait_again(time.monotonic() + 0.3)
+    forever = JoinGate("g", lambda: describer, timeout=None)
+    forever.hold()
+    assert _ready_within(forever, 5)
+    assert forever.may_wait_again(time.monotonic() + 1e6)

@@ -47,9 +47,12 @@ class Group:
     def release(self) -> None:
         pass
 
-    def idle(self) -> Callable[[], None]:
-        """What drops the admin client and the describe process between rebalances (none here)."""
+    def between_rebalances(self) -> None:
+        """The in-process admin client handed over between rebalances (none here)."""
         self.idled += 1
+
+    def idle(self) -> Callable[[], None]:
+        """What drops the admin client and ends the describe process when idle (none here)."""
         return lambda: None
 
 
