@@ -29,12 +29,11 @@ def cluster() -> Iterator[Cluster]:
         yield c
 
 
-@pytest.mark.parametrize("protocol", [m for m in MODES if m != "mixed"])
+@pytest.mark.parametrize("protocol", MODES)
 def test_short_soak_loses_nothing_and_keeps_every_invariant(cluster: Cluster, protocol: Mode) -> None:
-    """Under each protocol. The ``mixed`` mode (``make soak``) does not hold yet: in a group that
-    churns between protocols a consumer-protocol member can still be refused (the group turns classic
-    again between its lookup and its first heartbeat), and its admin lookup exposes the member to
-    librdkafka #4605's abort while a broker is down (docs/testing.md)."""
+    """Under each protocol, and in a group between protocols (``mixed``: members alternate between
+    classic cooperative-sticky and KIP-848 as they start, so the broker converts the group back
+    and forth while it churns)."""
     kit = KafkaTestKit(cluster.bootstrap_servers, prefix=f"soak-{protocol}")
     try:
         figures = run_soak(
