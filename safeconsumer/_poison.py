@@ -182,14 +182,19 @@ class DeadLetterWriter:
         while not outcome and time.monotonic() < deadline:
             producer.poll(min(0.1, max(0.0, deadline - time.monotonic())))
         if not outcome:
+            # Given up on (the caller retries or fails): not left queued, to be written later or
+            # reported as still in flight when the producer goes. One already sent may still land.
+            producer.purge()
+            producer.poll(0)
             raise TimeoutError(f"no acknowledgement within {policy.timeout:.0f}s")
         if outcome[0] is not None:
             raise RuntimeError(str(outcome[0]))
 
     def close(self) -> None:
         producer, self._producer = self._producer, None
-        if producer is not None:
-            producer.flush(5.0)
+        if producer is not None and producer.flush(5.0):
+            producer.purge()
+            producer.poll(0)
 
 
 class PoisonHandler:

@@ -27,6 +27,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from ._cli import add_config_option
+from ._health import HELPER_LOG
 from ._poison import HEADER_PREFIX
 
 __all__ = ["DeadRecord", "add_command", "read_dead_letters", "replay", "run"]
@@ -56,7 +57,9 @@ class CannotRead(Exception):
 
 def read_dead_letters(connection: Mapping[str, Any], topic: str, timeout: float) -> list[tuple[DeadRecord, Message]]:
     """Every record of ``topic`` from its start to its end now, with the listing's view of each."""
-    consumer = Consumer({**connection, "group.id": f"safeconsumer-dead-letters-{uuid.uuid4().hex}"})
+    consumer = Consumer(
+        {**connection, "group.id": f"safeconsumer-dead-letters-{uuid.uuid4().hex}", "logger": HELPER_LOG}
+    )
     try:
         try:
             meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
@@ -123,7 +126,7 @@ def _view(msg: Message, partition: int, offset: int) -> DeadRecord:
 def replay(connection: Mapping[str, Any], records: list[tuple[DeadRecord, Message]], timeout: float) -> int:
     """Produce each record back to its original topic (safeconsumer's headers left off); how many
     the broker acknowledged. Raises ``RuntimeError`` naming the first that failed."""
-    producer = Producer({**connection, "enable.idempotence": True, "acks": "all"})
+    producer = Producer({**connection, "enable.idempotence": True, "acks": "all", "logger": HELPER_LOG})
     failed: list[str] = []
     acked = 0
 
@@ -145,6 +148,10 @@ def replay(connection: Mapping[str, Any], records: list[tuple[DeadRecord, Messag
             view.original_topic, key=msg.key(), value=msg.value(), headers=headers, on_delivery=delivered, **extra
         )
     remaining = producer.flush(timeout)
+    if remaining:
+        # Given up on: not left in the producer to be reported as still in flight when it goes.
+        producer.purge()
+        producer.poll(0)
     if remaining or failed:
         raise RuntimeError(f"{remaining} not acknowledged, {len(failed)} failed: {failed[:1]}")
     return acked
