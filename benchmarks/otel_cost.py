@@ -24,7 +24,7 @@ from collections.abc import Callable
 from confluent_kafka import Message, TopicPartition
 
 from safeconsumer import SafeConsumer
-from safeconsumer._partitions import PartitionTable
+from safeconsumer.consumer._partitions import PartitionTable
 
 
 def _median_us(fn: Callable[[], object], repeat: int) -> float:

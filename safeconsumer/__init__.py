@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import logging
 
-from ._config import redact_config
-from ._consumer import SafeConsumer, delivery_stats
-from ._delivery import DeliveryStats
 from ._deserializing import SafeDeserializingConsumer
 from ._errors import (
     EXIT_FATAL,
@@ -20,10 +17,13 @@ from ._errors import (
     PauseStateError,
     SafeConsumerError,
 )
-from ._pause import PauseState
-from ._poison import DeadLetter, DeadLetterError, PoisonLimitError, Skip
-from ._retry import CommitRetry
 from ._version import __version__
+from .consumer._config import redact_config
+from .consumer._delivery import DeliveryStats
+from .consumer._facade import SafeConsumer, delivery_stats
+from .consumer._pause import PauseState
+from .consumer._retry import CommitRetry
+from .poison._policy import DeadLetter, DeadLetterError, PoisonLimitError, Skip
 
 __all__ = [
     "AuthenticationFailedError",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .doctor import main
+from .health.doctor import main
 
 
 def console() -> None:

@@ -23,7 +23,8 @@ from typing import Any
 from confluent_kafka import DeserializingConsumer, Message
 from confluent_kafka.error import KeyDeserializationError, ValueDeserializationError
 
-from ._consumer import SafeConsumer, poison_handler
+from .consumer._facade import SafeConsumer
+from .consumer._port import port_of
 
 __all__ = ["SafeDeserializingConsumer"]
 
@@ -56,7 +57,7 @@ class SafeDeserializingConsumer(DeserializingConsumer, _Options):  # type: ignor
         ``ValueDeserializationError`` (``kafka_message`` is the record) unless ``poison=`` says to
         skip or dead-letter it; then the next record is read within what is left of ``timeout``.
         """
-        handler = poison_handler(self)
+        handler = port_of(self, "poll").poison_handler()
         if handler.policy is None:
             return DeserializingConsumer.poll(self, timeout)
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, TracerProvider
 
-    from ._partitions import PartitionTable
+    from .consumer._partitions import PartitionTable
     from .otel import Telemetry
 
 __all__ = ["LazyTelemetry"]

@@ -39,11 +39,12 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Message, TopicPartition
 
-from ._consumer import SafeConsumer, async_link, poison_handler
 from ._errors import consumer_closed
-from ._partitions import Receipt
-from ._pause import PauseState
-from ._upstream import TIMEOUT_TYPES as _TIMEOUT_TYPES
+from .consumer._facade import SafeConsumer
+from .consumer._partitions import Receipt
+from .consumer._pause import PauseState
+from .consumer._port import port_of
+from .consumer._upstream import TIMEOUT_TYPES as _TIMEOUT_TYPES
 
 __all__ = ["SafeAIOConsumer"]
 
@@ -192,7 +193,7 @@ class SafeAIOConsumer:
                 conf["logger"] = _LoopLogger(self._loop, conf["logger"])
         self._consumer = SafeConsumer(conf, **options)
         #: The lock, lane and give-back of the consumer underneath (see _receive and poll).
-        self._link = async_link(self._consumer)
+        self._link = port_of(self._consumer, "poll").async_link()
 
     def __repr__(self) -> str:
         return f"<SafeAIOConsumer of {self._consumer!r}>"
@@ -428,8 +429,10 @@ class SafeAIOConsumer:
         the record was skipped or dead-lettered. Retries wait inside ``async with keepalive()``; the
         dead-letter write runs off the event loop."""
         self._check_open("handle")
-        return await poison_handler(self._consumer).handle_async(
-            message, handler, keepalive=self.keepalive, run=self._run
+        return (
+            await port_of(self._consumer, "handle")
+            .poison_handler()
+            .handle_async(message, handler, keepalive=self.keepalive, run=self._run)
         )
 
     def process(self, message: Message) -> Any:

@@ -15,7 +15,7 @@ instrument                                    kind               attributes
 ``safeconsumer.rebalances``                   counter            ``safeconsumer.rebalance.change``:
                                                                  assigned | revoked | lost;
                                                                  ``safeconsumer.rebalance.cause``
-                                                                 (see :mod:`safeconsumer._health`)
+                                                                 (see :mod:`safeconsumer.health._explainer`)
 ``safeconsumer.partitions.paused``            gauge              (the effective paused set of the assignment)
 ``safeconsumer.records.withheld``             counter
 ``safeconsumer.records.purged``               counter            ``safeconsumer.purge.reason``:
@@ -57,7 +57,7 @@ from ._keys import Key
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._partitions import PartitionTable
+    from .consumer._partitions import PartitionTable
 
 __all__ = ["INSTRUMENTATION_NAME", "Telemetry", "metrics_enabled"]
 

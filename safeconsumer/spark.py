@@ -33,12 +33,12 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
-from ._client import group_generation
-from ._config import redact_config
-from ._consumer import SafeConsumer, delivery_stats
 from ._errors import FatalConsumerError, SafeConsumerError
 from ._keys import Key
-from ._poison import DeadLetter, Skip
+from .consumer._client import group_generation
+from .consumer._config import redact_config
+from .consumer._facade import SafeConsumer, delivery_stats
+from .poison._policy import DeadLetter, Skip
 
 __all__ = ["ConsumeTask", "SparkConsumerFatalError", "TaskFigures", "run_consumer_tasks"]
 

@@ -32,15 +32,16 @@ from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener, Co
 from kafka.future import Future
 from kafka.structs import ConsumerGroupMetadata, MemberState, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
-from .._client import group_generation
-from .._consumer import SafeConsumer, async_link, consume_available, delivery_stats, poison_handler
-from .._health import admin_config
-from .._keepalive import KeepaliveMode
-from .._lifecycle import FatalPolicy
-from .._migration import MIGRATION_TIMEOUT
-from .._pause import PauseState
-from .._poison import DeadLetterError, PoisonPolicy
-from .._retry import CommitRetry
+from ..consumer._client import group_generation
+from ..consumer._facade import SafeConsumer, delivery_stats
+from ..consumer._join_gate import MIGRATION_TIMEOUT
+from ..consumer._keepalive import KeepaliveMode
+from ..consumer._lifecycle import FatalPolicy
+from ..consumer._pause import PauseState
+from ..consumer._port import port_of
+from ..consumer._retry import CommitRetry
+from ..health._explainer import admin_config
+from ..poison._policy import DeadLetterError, PoisonPolicy
 from ._config import judge
 from ._convert import deserializer, kafka_error, record, to_confluent, to_kafka
 
@@ -150,7 +151,8 @@ class KafkaConsumer:
             poison=poison,
             migration_timeout=migration_timeout,
         )
-        self._poison = poison_handler(self._consumer)
+        self._port = port_of(self._consumer, "poll")
+        self._poison = self._port.poison_handler()
         self._closed = False
         self._mode = _Mode.NONE
         self._topics: set[str] | None = None
@@ -370,7 +372,7 @@ class KafkaConsumer:
     def _read(self, max_records: int, timeout: float) -> list[Message]:
         if self._groupless and self._mode in (_Mode.TOPICS, _Mode.PATTERN) and time.monotonic() >= self._next_refresh:
             self._assign_all()
-        return cast("list[Message]", self._call(consume_available, self._consumer, max_records, timeout))
+        return cast("list[Message]", self._call(self._port.consume_available, max_records, timeout))
 
     def _records(self, msgs: list[Message]) -> dict[TopicPartition, list[Any]]:
         """kafka-python's shape of one read; the consumed positions move past it.
@@ -425,7 +427,7 @@ class KafkaConsumer:
         to hand them out again first (error events, already raised or logged, are not repeated)."""
         records = [m for m in msgs if m.error() is None]
         if records:
-            async_link(self._consumer).give_back(records)
+            self._port.async_link().give_back(records)
 
     def __iter__(self) -> Iterator[Any]:
         return self

@@ -21,8 +21,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from .._describe_process import enum_name
-from .._health import describe_group
+from ..health._describe_process import enum_name
+from ..health._explainer import describe_group
 
 T = TypeVar("T")
 
@@ -354,7 +354,7 @@ def consumer_generation(consumer: Any) -> int:
 
     Read from ``consumer_group_metadata()``; -1 when not in a group.
     """
-    from .._client import group_generation
+    from ..consumer._client import group_generation
 
     generation = group_generation(consumer)
     if generation is None:

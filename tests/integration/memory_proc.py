@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from safeconsumer import SafeConsumer
-from safeconsumer._memory import FetchLimits, estimate
+from safeconsumer.health._memory import FetchLimits, estimate
 
 
 def rss() -> int:

@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from safeconsumer import delivery_stats
-from safeconsumer._consumer import async_link
 from safeconsumer.aio import SafeAIOConsumer
+from safeconsumer.consumer._port import port_of
 from safeconsumer.testing import KafkaTestKit, Protocol
 
 from ..support import Received
@@ -55,7 +55,7 @@ async def _cancel_a_consume(c: SafeAIOConsumer, kafka: KafkaTestKit, topic: str,
         # Nothing to read yet: the work waits inside librdkafka (holding the consumer's lock); the
         # caller is cancelled there, then the records arrive and the work returns them to nobody.
         task = asyncio.ensure_future(c.consume(BATCH, 10))
-        lock: Any = async_link(c.consumer).lock  # an RLock
+        lock: Any = port_of(c.consumer, "poll").async_link().lock  # an RLock
         deadline = time.monotonic() + 30
         while lock.acquire(blocking=False):
             lock.release()

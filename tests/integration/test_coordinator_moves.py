@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from safeconsumer import SafeConsumer
-from safeconsumer._requery import FAILED_OFFSET_FETCH
+from safeconsumer.consumer._requery import FAILED_OFFSET_FETCH
 from safeconsumer.testing import KafkaTestKit, Protocol, WaitTimeout
 
 from ..cluster import Cluster, running_cluster

@@ -12,8 +12,8 @@ import signal
 import pytest
 from confluent_kafka import Consumer
 
-from safeconsumer._describe_process import DescribeProcess
-from safeconsumer._health import HELPER_LOG, admin_config, view_of
+from safeconsumer.health._describe_process import DescribeProcess
+from safeconsumer.health._explainer import HELPER_LOG, admin_config, view_of
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 

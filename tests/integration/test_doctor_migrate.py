@@ -30,7 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from safeconsumer._health import HELPER_LOG
+from safeconsumer.health._explainer import HELPER_LOG
 from safeconsumer.testing import Broker, KafkaTestKit, wait_until
 
 from ..support import Received, pump

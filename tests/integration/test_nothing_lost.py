@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Message, TopicPartition
 
 from safeconsumer import SafeConsumer, delivery_stats
-from safeconsumer._consumer import consume_available
+from safeconsumer.consumer._port import port_of
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 from ..support import Received, checked_poll, checked_pump, checked_pump_for
@@ -153,7 +153,7 @@ def test_a_record_read_before_a_revocation_served_by_the_read_ahead_is_not_lost(
         c.subscribe([topic])
 
         def step() -> None:
-            got.add(c.poll(5) if entry == "poll" else next(iter(consume_available(c, 10, 5)), None))
+            got.add(c.poll(5) if entry == "poll" else next(iter(port_of(c, "poll").consume_available(10, 5)), None))
 
         wait_until(lambda: got.records, timeout=60, what="the first record", step=step)
         wait_until(lambda: window["served"], timeout=60, what="a revocation served by the read-ahead", step=step)

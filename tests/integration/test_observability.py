@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from safeconsumer import CommitRetry, GroupMaxSizeReachedError, SafeConsumer, delivery_stats
-from safeconsumer._delivery import DeliveryGate
+from safeconsumer.consumer._delivery import DeliveryGate
 from safeconsumer.testing import Broker, KafkaTestKit, Protocol, launch_broker, wait_until
 
 from ..support import FULL_GROUP_LIMITS, Received, fatal_error_of, full_group, pump

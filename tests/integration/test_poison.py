@@ -360,7 +360,7 @@ def test_a_process_killed_between_the_dead_letter_write_and_the_store_writes_it_
 def test_the_dead_letters_tool_lists_and_replays(kafka: KafkaTestKit, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from safeconsumer.doctor import main
+    from safeconsumer.health.doctor import main
 
     topic, dlq, group = kafka.create_topic(), kafka.create_topic(), kafka.name("g")
     produce(kafka, topic, [b"0", b"bad", b"2"])

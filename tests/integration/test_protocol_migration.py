@@ -29,7 +29,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from safeconsumer import FatalConsumerError, GroupMigrationError, SafeConsumer
-from safeconsumer._health import GroupDescriber, GroupView
+from safeconsumer.health._explainer import GroupDescriber, GroupView
 from safeconsumer.testing import KafkaTestKit, wait_until
 
 from ..support import Received, checked_poll, checked_pump, keys

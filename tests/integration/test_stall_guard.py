@@ -28,7 +28,7 @@ from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 from ..support import Received, checked_pump, pump, pump_for
 from .test_observability import Otel
 
-#: A stall bound of 2 s (see safeconsumer._stall.stall_bound).
+#: A stall bound of 2 s (see safeconsumer.consumer._stall.stall_bound).
 FAST: dict[str, Any] = {"socket_timeout_ms": 2000, "fetch_wait_max_ms": 100, "enable_auto_commit": False}
 BOUND = 2.0
 

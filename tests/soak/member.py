@@ -351,7 +351,7 @@ def main() -> None:
         protocol,
         max_poll_interval_ms=MAX_POLL_INTERVAL_MS,
         auto_commit_interval_ms=args.commit_interval_ms,
-        # A stall bound of 5 s (see safeconsumer._stall): a guard that healed a healthy member
+        # A stall bound of 5 s (see safeconsumer.consumer._stall): a guard that healed a healthy member
         # would show within a run.
         socket_timeout_ms=5000,
     )

@@ -6,8 +6,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from safeconsumer import AuthenticationFailedError, FatalConsumerError
-from safeconsumer._auth import AuthWatch, ErrorTap
 from safeconsumer._errors import auth_failed, is_auth_failure
+from safeconsumer.consumer._auth import AuthWatch, ErrorTap
 
 
 def test_a_run_of_refusals_is_fatal_once_it_lasted_the_timeout() -> None:

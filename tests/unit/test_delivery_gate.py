@@ -6,8 +6,8 @@ from typing import Literal
 
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from safeconsumer._delivery import DeliveryGate
-from safeconsumer._partitions import PartitionTable
+from safeconsumer.consumer._delivery import DeliveryGate
+from safeconsumer.consumer._partitions import PartitionTable
 
 
 class _Store:
@@ -312,7 +312,7 @@ def test_positions_are_trusted_only_straight_after_the_read_they_measure() -> No
 
 
 def test_more_partitions_than_a_position_call_is_worth_are_counted_record_by_record() -> None:
-    from safeconsumer._delivery import TALLY_PARTITIONS
+    from safeconsumer.consumer._delivery import TALLY_PARTITIONS
 
     store = _Reads()
     owned = {("a", p) for p in range(TALLY_PARTITIONS + 1)}
@@ -330,7 +330,7 @@ def test_the_client_counts_its_reads_and_every_call_that_may_move_a_position() -
 
     from confluent_kafka import Consumer
 
-    from safeconsumer._client import RawClient
+    from safeconsumer.consumer._client import RawClient
 
     def on_fatal(*_: object) -> NoReturn:
         raise AssertionError("no fatal error here")

@@ -14,8 +14,8 @@ import signal
 
 import pytest
 
-from safeconsumer._describe_process import DescribeProcess, portable
-from safeconsumer._health import HELPER_LOG, admin_config
+from safeconsumer.health._describe_process import DescribeProcess, portable
+from safeconsumer.health._explainer import HELPER_LOG, admin_config
 from safeconsumer.testing import wait_until
 
 NOWHERE = {"bootstrap.servers": "127.0.0.1:1", "reconnect.backoff.ms": 10}

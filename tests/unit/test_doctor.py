@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from safeconsumer._memory import FetchLimits
-from safeconsumer.doctor import (
+from safeconsumer.health._memory import FetchLimits
+from safeconsumer.health.doctor import (
     SCHEMA,
     MemberReport,
     Report,

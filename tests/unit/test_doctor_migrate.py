@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException
 
-from safeconsumer._migrate_check import (
+from safeconsumer.health._migrate_check import (
     CLASSIC_ONLY_KEYS,
     broker_support,
     classic_keys,
@@ -20,7 +20,7 @@ from safeconsumer._migrate_check import (
     migration_plan,
     server_assignor,
 )
-from safeconsumer.doctor import MemberReport, Report, build_parser, findings, render
+from safeconsumer.health.doctor import MemberReport, Report, build_parser, findings, render
 
 #: A Kafka 4.x broker's settings as describe_configs gives them (the defaults).
 KAFKA_4 = {

@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from safeconsumer import FatalConsumerError, GroupMaxSizeReachedError
-from safeconsumer._client import RawClient
 from safeconsumer._errors import classify
+from safeconsumer.consumer._client import RawClient
 
 
 def test_classify_knows_each_fatal_kind() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from safeconsumer import SafeConsumer
 from safeconsumer._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
-from safeconsumer._memory import (
+from safeconsumer.health._memory import (
     FIXED,
     RECORD_OVERHEAD,
     FetchLimits,

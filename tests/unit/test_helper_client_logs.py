@@ -13,9 +13,9 @@ from confluent_kafka import KafkaException, Message
 from confluent_kafka.admin import AdminClient
 
 from safeconsumer import DeadLetter
-from safeconsumer._health import admin_config
-from safeconsumer._poison import DeadLetterWriter
-from safeconsumer.dead_letters import CannotRead, DeadRecord, read_dead_letters, replay
+from safeconsumer.health._explainer import admin_config
+from safeconsumer.health.dead_letters import CannotRead, DeadRecord, read_dead_letters, replay
+from safeconsumer.poison._policy import DeadLetterWriter
 from safeconsumer.testing import wait_until
 
 NOWHERE = {"bootstrap.servers": "127.0.0.1:1", "reconnect.backoff.ms": 10}

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from safeconsumer._health import GroupView, Member
-from safeconsumer._migration import NO_ANSWER, JoinGate, judge
+from safeconsumer.consumer._join_gate import NO_ANSWER, JoinGate, judge
+from safeconsumer.health._explainer import GroupView, Member
 from safeconsumer.testing import wait_until
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from safeconsumer._keepalive import holding_margin
+from safeconsumer.consumer._keepalive import holding_margin
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, Message
 
 from safeconsumer import DeadLetter, PoisonLimitError, Skip
 from safeconsumer._errors import FatalConsumerError
-from safeconsumer._poison import DeadLetterWriter, PoisonHandler
+from safeconsumer.poison._policy import DeadLetterWriter, PoisonHandler
 
 
 class Fakes:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from safeconsumer._health import HELPER_LOG, GroupView, Member, RebalanceExplainer, admin_config
+from safeconsumer.health._explainer import HELPER_LOG, GroupView, Member, RebalanceExplainer, admin_config
 from safeconsumer.testing import wait_until
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from safeconsumer._requery import FIRST_DELAY, FORGET_AFTER, MAX_DELAY, Requery, is_failed_offset_fetch
+from safeconsumer.consumer._requery import FIRST_DELAY, FORGET_AFTER, MAX_DELAY, Requery, is_failed_offset_fetch
 
 
 def test_nothing_waits_at_first() -> None:

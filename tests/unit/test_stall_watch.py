@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from safeconsumer._stall import StallWatch, stall_bound
+from safeconsumer.consumer._stall import StallWatch, stall_bound
 
 A, B = ("t", 0), ("t", 1)
 

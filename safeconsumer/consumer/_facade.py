@@ -16,22 +16,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from .._keys import RebalanceCallback
+from ..poison._policy import PoisonPolicy
 from ._assembly import assemble, judge
 from ._config import redact_config
 from ._delivery import DeliveryStats
 from ._deprecated import DeprecatedNames
+from ._join_gate import MIGRATION_TIMEOUT
 from ._keepalive import KeepaliveMode
-from ._keys import RebalanceCallback
-from ._lifecycle import AsyncLink, FatalPolicy, Lifecycle, State
-from ._migration import MIGRATION_TIMEOUT
+from ._lifecycle import FatalPolicy, Lifecycle, State
 from ._pause import PauseState, parse_topic_entries
-from ._poison import PoisonHandler, PoisonPolicy
+from ._port import ConsumerPort, port_of, register
 from ._retry import CommitRetry
 from ._upstream import NO_CALLBACK as _NO_CALLBACK
 from ._upstream import NO_CONF as _NO_CONF
@@ -175,6 +177,19 @@ class SafeConsumer(DeprecatedNames, Consumer):
         self._reader, self._offsets, self._keeper = parts.reader, parts.offsets, parts.keeper
         self._poison = parts.poison
         self._lane = parts.table.lane  # type: ignore[misc]  # poll()'s fast lane: the table's, not the class default
+        register(
+            self,
+            ConsumerPort(
+                life=parts.life,
+                lock=parts.lock,
+                lane=parts.table.lane,
+                reader=parts.reader,
+                table=parts.table,
+                gate=parts.gate,
+                poison=parts.poison,
+                consume_available=weakref.WeakMethod(self._consume_available),
+            ),
+        )
 
     def __repr__(self) -> str:
         return f"<SafeConsumer group={self._life.group_id!r} {self._life.state.value}>"
@@ -276,6 +291,10 @@ class SafeConsumer(DeprecatedNames, Consumer):
         with self._lock:
             self._app_back()
             return self._reader.consume(num_messages, timeout, available=available)
+
+    def _consume_available(self, num_messages: int, timeout: float) -> list[Message]:
+        """What :meth:`._port.ConsumerPort.consume_available` runs (kafka-python's ``poll()``)."""
+        return self._consume(num_messages, timeout, available=True)
 
     def _app_back(self) -> None:
         """The application's poll()/consume() came (lock held): the keeper hears it is back, and an
@@ -476,7 +495,7 @@ class SafeConsumer(DeprecatedNames, Consumer):
 show_upstream_signatures(SafeConsumer)
 
 
-# Functions, not methods (the namespace stays upstream's plus SPEC's additions); the facade's own.
+# A function, not a method (the namespace stays upstream's plus SPEC's additions); the facade's own.
 def delivery_stats(consumer: SafeConsumer) -> DeliveryStats:
     """Counters of ``consumer``'s delivery gate: delivered, withheld, released, purged, dropped offsets.
 
@@ -485,27 +504,4 @@ def delivery_stats(consumer: SafeConsumer) -> DeliveryStats:
     """
     if not isinstance(consumer, SafeConsumer):
         raise TypeError(f"delivery_stats() takes a SafeConsumer, got {type(consumer).__name__}")
-    if "_gate" not in vars(consumer):  # a subclass that never called __init__: nothing was counted
-        raise consumer._life.closed_error("delivery_stats")
-    return consumer._delivery_stats()
-
-
-def async_link(consumer: SafeConsumer) -> AsyncLink:
-    """What :mod:`safeconsumer.aio` uses of ``consumer`` beyond its public methods (see AsyncLink)."""
-    return AsyncLink(consumer._life, consumer._lane, consumer._reader, consumer._table)
-
-
-def consume_available(consumer: SafeConsumer, num_messages: int, timeout: float) -> list[Message]:
-    """``consume()`` as kafka-python's ``poll()`` reads (:mod:`safeconsumer.kafka_python`): up to
-    ``num_messages`` records and error events, returned as soon as there are any, else after
-    ``timeout`` seconds (< 0: none). Every guarantee of ``consume()`` holds."""
-    consumer._life.check_open("poll")
-    return consumer._consume(num_messages, timeout, available=True)
-
-
-def poison_handler(consumer: SafeConsumer) -> PoisonHandler:
-    """The poison policy at work for ``consumer`` (:class:`._deserializing.SafeDeserializingConsumer`'s
-    ``poll()`` hands it what it could not deserialize)."""
-    if consumer._life.state is _CLOSED and "_poison" not in vars(consumer):
-        raise consumer._life.closed_error("poll")
-    return consumer._poison
+    return port_of(consumer, "delivery_stats").delivery_stats()

@@ -50,7 +50,7 @@ from typing import Any, TypeVar, cast
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from ._errors import FatalConsumerError, SafeConsumerError
+from .._errors import FatalConsumerError, SafeConsumerError
 
 logger = logging.getLogger("safeconsumer")
 

@@ -37,9 +37,9 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 
+from .._errors import FatalConsumerError
+from .._keys import Key
 from ._client import RawClient
-from ._errors import FatalConsumerError
-from ._keys import Key
 from ._partitions import PartitionTable
 
 logger = logging.getLogger("safeconsumer")

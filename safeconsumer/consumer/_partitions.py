@@ -51,7 +51,7 @@ from typing import Literal, TypeVar
 
 from confluent_kafka import Message
 
-from ._keys import Key
+from .._keys import Key
 
 logger = logging.getLogger("safeconsumer")
 

@@ -32,7 +32,7 @@ from confluent_kafka import KafkaError
 from ._describe_process import DescribeProcess, description_fields, enum_name
 
 if TYPE_CHECKING:
-    from ._telemetry import LazyTelemetry
+    from .._telemetry import LazyTelemetry
 
 logger = logging.getLogger("safeconsumer")
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Literal, NoReturn
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
-from ._errors import (
+from .._errors import (
     EXIT_FATAL,
     EXIT_GROUP_MAX_SIZE,
     ConsumerClosedError,
@@ -39,20 +39,20 @@ from ._errors import (
     consumer_closed,
     error_type,
 )
-from ._health import FENCED_CODES
+from ..health._explainer import FENCED_CODES
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
+    from .._telemetry import LazyTelemetry
+    from ..health._explainer import RebalanceExplainer
+    from ..health._memory import ConsumerBudget
     from ._client import RawClient
     from ._delivery import DeliveryGate
-    from ._health import RebalanceExplainer
     from ._keepalive import Keeper
-    from ._memory import ConsumerBudget
     from ._partitions import PartitionTable, Receipt
     from ._reader import Reader
     from ._rebalance import Rebalancer
-    from ._telemetry import LazyTelemetry
 
 logger = logging.getLogger("safeconsumer")
 

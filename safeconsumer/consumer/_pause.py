@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ._errors import InvalidPauseRequest
-from ._keys import Key
+from .._errors import InvalidPauseRequest
+from .._keys import Key
 
 TopicEntry = str | re.Pattern[str]
 

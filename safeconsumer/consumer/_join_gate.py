@@ -49,8 +49,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from ._errors import MIGRATION_REMEDY
-from ._health import GroupView
+from .._errors import MIGRATION_REMEDY
+from ..health._explainer import GroupView
 
 logger = logging.getLogger("safeconsumer")
 

@@ -36,20 +36,20 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaException, Message, TopicPartition
 
+from .._errors import FatalConsumerError, InvalidPauseRequest, PauseStateError
+from .._keys import Key, RebalanceCallback
+from ..health._explainer import RebalanceExplainer
 from ._client import RawClient, group_generation, tps
 from ._deferred import DeferredOnLost
 from ._delivery import DeliveryGate
-from ._errors import FatalConsumerError, InvalidPauseRequest, PauseStateError
-from ._health import RebalanceExplainer
-from ._keys import Key, RebalanceCallback
-from ._migration import JoinGate
+from ._join_gate import JoinGate
 from ._partitions import LeaveReason, PartitionTable
 from ._pause import PauseLedger, PauseState, subscription_can_match
 from ._requery import Requery
 from ._stall import CAUSES as STALL_CAUSES
 
 if TYPE_CHECKING:
-    from ._telemetry import LazyTelemetry
+    from .._telemetry import LazyTelemetry
 
 logger = logging.getLogger("safeconsumer")
 

@@ -26,10 +26,10 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from .._errors import with_note
+from .._keys import Key
 from ._client import RawClient
 from ._delivery import DeliveryGate, next_offset
-from ._errors import with_note
-from ._keys import Key
 from ._lifecycle import Lifecycle, State
 from ._partitions import PartitionTable
 from ._rebalance import Rebalancer

@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
+from .._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
 
 #: librdkafka's memory per fetched record beyond its value (measured about 340 bytes).
 RECORD_OVERHEAD = 384

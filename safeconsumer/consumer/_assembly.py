@@ -28,18 +28,18 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException
 
+from ..health._explainer import GroupDescriber, RebalanceExplainer, admin_config
+from ..health._memory import ConsumerBudget, parse_budget
+from ..poison._policy import DeadLetterWriter, PoisonHandler, PoisonPolicy, check_policy
 from ._auth import AuthWatch, ErrorTap
 from ._client import RawClient
 from ._delivery import DeliveryGate
-from ._health import GroupDescriber, RebalanceExplainer, admin_config
+from ._join_gate import MIGRATION_TIMEOUT, JoinGate
 from ._keepalive import KeepaliveMode, Keeper
 from ._lifecycle import FatalPolicy, KeepaliveLink, Lifecycle, State
-from ._memory import ConsumerBudget, parse_budget
-from ._migration import MIGRATION_TIMEOUT, JoinGate
 from ._offsets import Offsets
 from ._partitions import PartitionTable
 from ._pause import PauseLedger
-from ._poison import DeadLetterWriter, PoisonHandler, PoisonPolicy, check_policy
 from ._reader import Reader
 from ._rebalance import Rebalancer
 from ._retry import CommitRetry
@@ -49,7 +49,7 @@ from ._upstream import auto_store_setting, config_of, is_incremental, positive, 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
-from ._telemetry import LazyTelemetry
+from .._telemetry import LazyTelemetry
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType  # type: ignore[attr-defined]
 
-from ._config import redact_config
+from ..consumer._config import redact_config
+from ..consumer._join_gate import CONVERTIBLE_ASSIGNORS, MIGRATION_TIMEOUT
 from ._findings import Finding
-from ._migration import CONVERTIBLE_ASSIGNORS, MIGRATION_TIMEOUT
 
 
 class Member(Protocol):

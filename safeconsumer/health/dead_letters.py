@@ -26,9 +26,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
+from ..poison._policy import HEADER_PREFIX
 from ._cli import add_config_option
-from ._health import HELPER_LOG
-from ._poison import HEADER_PREFIX
+from ._explainer import HELPER_LOG
 
 __all__ = ["DeadRecord", "add_command", "read_dead_letters", "replay", "run"]
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
+from .._keys import Key
 from ._client import RawClient
-from ._keys import Key
 from ._partitions import PartitionTable
 
 logger = logging.getLogger("safeconsumer")
