@@ -1,0 +1,184 @@
+"""What ``consume(500)`` adds per record, on a prefilled local queue (SPEC's Budgets table).
+
+    python -m benchmarks.per_record [--records 200000] [--rounds 9]      (starts its own broker)
+    python -m benchmarks.per_record --child {raw|safe|otel} BOOTSTRAP TOPIC RECORDS
+
+Each measurement is a child process of its own (:func:`measure`), so that no contender inherits
+another's heap, caches or librdkafka threads: it assigns every partition of the topic from its
+start, with fetch queue limits above the topic's size, lets librdkafka fetch the whole topic, then
+times each ``consume(500, 0)`` call: wall time (``perf_counter_ns``) and the main thread's CPU
+(``thread_time_ns``), per record. The queue is known to have been full when every call returned a
+full batch until the topic's end (a call served from a queue that ran dry returns fewer, its
+timeout being 0); a child that saw a short batch waits longer and starts over. A child prints the
+median call's nanoseconds per record (wall, CPU).
+
+The parent alternates the contenders' order by round; per round it takes each contender's
+difference to raw of the same round, and reports the median difference over rounds with its
+spread (min-max). Values of 100 B.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 500
+#: How long a child lets librdkafka fetch before its first attempt, and the most it waits in all.
+FIRST_WAIT, MOST_WAIT = 1.0, 30.0
+CHILD_TIMEOUT = 300
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A median over rounds, and the spread of the per-round values."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Figure:
+        return cls(statistics.median(values), min(values), max(values))
+
+    def show(self, unit: str = "ns") -> str:
+        return f"{self.median:+.1f} {unit} (spread {self.low:+.1f} to {self.high:+.1f})"
+
+
+def measure(kind: str, bootstrap: str, topic: str, records: int) -> tuple[float, float]:
+    """One child's (wall, CPU) nanoseconds per record of its median ``consume(500, 0)`` call."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.per_record", "--child", kind, bootstrap, topic, str(records)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=CHILD_TIMEOUT,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} child exited {proc.returncode}: {proc.stdout.strip()!r}")
+    wall, cpu = json.loads(proc.stdout)
+    return float(wall), float(cpu)
+
+
+def side_by_side(
+    bootstrap: str, topic: str, records: int, rounds: int, kinds: tuple[str, ...] = ("raw", "safe", "otel")
+) -> dict[str, dict[str, list[float]]]:
+    """Every round's (wall, CPU) per record by contender: ``{"wall": {kind: [...]}, "cpu": {...}}``."""
+    got: dict[str, dict[str, list[float]]] = {"wall": {k: [] for k in kinds}, "cpu": {k: [] for k in kinds}}
+    for r in range(rounds):
+        for kind in kinds if r % 2 == 0 else kinds[::-1]:
+            wall, cpu = measure(kind, bootstrap, topic, records)
+            got["wall"][kind].append(wall)
+            got["cpu"][kind].append(cpu)
+            print(
+                f"  consume(500) per record, round {r + 1} {kind:4}: {wall:7.1f} ns wall {cpu:7.1f} ns CPU", flush=True
+            )
+    return got
+
+
+def added(values: dict[str, list[float]], kind: str, base: str = "raw") -> Figure:
+    """What ``kind`` adds to ``base`` per record: the median of the per-round differences."""
+    return Figure.of([k - b for k, b in zip(values[kind], values[base], strict=True)])
+
+
+# -- the child ------------------------------------------------------------------------------------
+def _make(kind: str, conf: dict[str, object]) -> object:
+    from confluent_kafka import Consumer
+
+    if kind == "raw":
+        return Consumer(conf)
+    from safeconsumer import SafeConsumer
+
+    if kind == "safe":
+        return SafeConsumer(conf)
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    return SafeConsumer(
+        conf, meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]), tracer_provider=TracerProvider()
+    )
+
+
+def _child(kind: str, bootstrap: str, topic: str, records: int) -> None:
+    from confluent_kafka import TopicPartition
+
+    conf: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"per-record-{kind}-{time.monotonic_ns()}",
+        "enable.auto.commit": False,
+        # The whole topic fits in librdkafka's queue (100 B values: about 60 MB with overheads).
+        "queued.max.messages.kbytes": 2_000_000,
+        "queued.min.messages": 10_000_000,
+        "fetch.queue.backoff.ms": 10,
+    }
+    waited = FIRST_WAIT
+    while True:
+        c = _make(kind, conf)
+        meta = c.list_topics(topic, timeout=10).topics[topic]  # type: ignore[attr-defined]
+        c.assign([TopicPartition(topic, p, 0) for p in sorted(meta.partitions)])  # type: ignore[attr-defined]
+        time.sleep(waited)  # librdkafka fetches meanwhile; whether it was enough is checked below
+        gc.collect()
+        walls: list[float] = []
+        cpus: list[float] = []
+        got, short = 0, False
+        consume = c.consume  # type: ignore[attr-defined]
+        clock, thread_clock = time.perf_counter_ns, time.thread_time_ns
+        while got < records:
+            w0, c0 = clock(), thread_clock()
+            batch = consume(BATCH, 0)
+            w1, c1 = clock(), thread_clock()
+            n = len(batch)
+            got += n
+            if n == BATCH:
+                walls.append((w1 - w0) / n)
+                cpus.append((c1 - c0) / n)
+            elif got < records:
+                short = True
+                break
+        c.close()  # type: ignore[attr-defined]
+        if not short:
+            print(json.dumps([statistics.median(walls), statistics.median(cpus)]), flush=True)
+            return
+        if waited >= MOST_WAIT:
+            raise SystemExit(f"the queue never held the whole topic within {MOST_WAIT:.0f} s")
+        waited *= 2
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child", nargs=4, metavar=("KIND", "BOOTSTRAP", "TOPIC", "RECORDS"))
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args(argv)
+    if args.child:
+        kind, bootstrap, topic, records = args.child
+        _child(kind, bootstrap, topic, int(records))
+        return
+    from safeconsumer.testing import KafkaTestKit, start_broker
+
+    with start_broker() as broker:
+        kit = KafkaTestKit(broker.bootstrap_servers, prefix="per-record")
+        try:
+            topic = kit.create_topic(partitions=4)
+            kit.produce(topic, args.records, partitions=4, value_size=100)
+            got = side_by_side(broker.bootstrap_servers, topic, args.records, args.rounds)
+        finally:
+            kit.close()
+    for clock in ("wall", "cpu"):
+        raw = Figure.of(got[clock]["raw"])
+        print(f"{clock}: raw {raw.median:.1f} ns/record (spread {raw.low:.1f}-{raw.high:.1f})")
+        for kind in ("safe", "otel"):
+            print(f"{clock}: {kind} adds {added(got[clock], kind).show()}")
+
+
+if __name__ == "__main__":
+    main()
