@@ -62,6 +62,10 @@ CONVERTIBLE_ASSIGNORS = frozenset({"range", "roundrobin"})
 #: convertible before it joins all the same (SafeConsumer's ``migration_timeout``).
 MIGRATION_TIMEOUT = 30.0
 
+#: Refused joins after which a subscription no longer waits again (a refusal the gate cannot see
+#: coming, e.g. online migration disabled on the broker, fails then instead of looping).
+MAX_REFUSALS = 3
+
 #: How often the reader asks a gate that is describing whether it opened (seconds).
 ASK_EVERY = 0.05
 
@@ -127,6 +131,10 @@ class JoinGate:
         self._started = 0.0
         #: The gate opened because ``timeout`` ran out, not because the group could be converted.
         self.timed_out = False
+        #: Joins this subscription's gate let through that the broker refused all the same.
+        self.refusals = 0
+        #: The consumer stopped (:meth:`close`): no subscription waits here any more.
+        self._closed = False
         self._open = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -136,12 +144,15 @@ class JoinGate:
         subscription waits, the group is judged on the gate's thread. A gate already describing goes on.
         ``again``: the broker refused the join this gate let through (see :meth:`may_wait_again`); the
         wait goes on within the same ``timeout``."""
-        if self.due:
+        if self.due or self._closed:
             return
         self.cancel()
-        if not again:
+        if again:
+            self.refusals += 1
+        else:
             self.reason = None
             self._started = time.monotonic()
+            self.refusals = 0
         self.timed_out = False
         self._open, self._stop = threading.Event(), threading.Event()
         self.due = time.monotonic()
@@ -171,7 +182,17 @@ class JoinGate:
         opened because the group could be converted (it changed between the look and the join: a
         mixed group whose last consumer-protocol member left turns classic again) and ``timeout``
         has not run out since the subscription first waited."""
-        return not self.timed_out and (self.timeout is None or now - self._started < self.timeout)
+        return (
+            not self._closed
+            and not self.timed_out
+            and self.refusals < MAX_REFUSALS
+            and (self.timeout is None or now - self._started < self.timeout)
+        )
+
+    def close(self) -> None:
+        """The consumer stopped (close(), a fatal error, dropped): nothing waits here again."""
+        self._closed = True
+        self.cancel()
 
     def cancel(self) -> None:
         """The subscription that waited is gone (unsubscribe(), close(), a fatal error, the consumer

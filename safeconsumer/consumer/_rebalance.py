@@ -206,7 +206,11 @@ class Rebalancer:
             or not joining.may_wait_again(time.monotonic())
         ):
             return False
-        self._client.renew()
+        try:
+            self._client.renew()
+        except Exception as exc:  # noqa: BLE001 - then the refusal is the fatal error it would have been
+            logger.warning("making the client anew after a refused join failed: %s", exc)
+            return False
         self._joined = False
         joining.hold(again=True)
         logger.warning(
@@ -220,7 +224,7 @@ class Rebalancer:
     def stop_joining(self) -> None:
         """The consumer stops (close(), a fatal error, dropped): a subscription that waited never joins."""
         if self.joining is not None:
-            self.joining.cancel()
+            self.joining.close()
 
     # -- librdkafka's callbacks ------------------------------------------------------------
     def on_assign(self, _client: Consumer, partitions: list[TopicPartition]) -> None:

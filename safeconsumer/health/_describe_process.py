@@ -35,6 +35,9 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any
 
+#: Children in a row that died before answering, after which none is started any more.
+BROKEN_AFTER = 2
+
 #: How the child starts: this file run as ``__main__``, with neither the working directory nor
 #: this package's directory on its path (their modules must not shadow the ones it imports).
 _BOOT = "import runpy, sys; sys.path.pop(0); runpy.run_path(sys.argv[1], run_name='__main__')"
@@ -93,12 +96,25 @@ class DescribeProcess:
         self._next_id = 0
         #: The running child has answered (until then it may still be starting: ``START_GRACE``).
         self._answered = False
+        #: Children in a row that died before their first answer: at ``BROKEN_AFTER`` no child can
+        #: work here (no confluent_kafka on its path, an executable that is not Python): unusable.
+        self._stillborn = 0
+        #: No child any more (:meth:`stop` ``final``): the consumer closed.
+        self._closed = False
+        #: :meth:`stop` is ending the child: its end is no news (logged at DEBUG).
+        self._stopping = False
         self._lock = threading.Lock()
 
     @property
     def usable(self) -> bool:
         """Whether a child can carry this config on this platform."""
-        return self._conf is not None and bool(sys.executable) and hasattr(select, "poll") and os.path.isfile(__file__)
+        return (
+            self._conf is not None
+            and self._stillborn < BROKEN_AFTER
+            and bool(sys.executable)
+            and hasattr(select, "poll")
+            and os.path.isfile(__file__)
+        )
 
     @property
     def pid(self) -> int | None:
@@ -109,7 +125,7 @@ class DescribeProcess:
     def warm(self) -> None:
         """Start the child now, so that a describe soon after does not wait for it to start."""
         with self._lock:
-            if self._child is None:
+            if self._child is None and not self._closed:
                 self._child = self._start()
                 self._answered = False
 
@@ -118,13 +134,16 @@ class DescribeProcess:
         time, the broker's error, or the child died: each logged, and a dead child replaced at
         the next call)."""
         with self._lock:
+            if self._closed:
+                return None
             if self._child is None:
                 self._child = self._start()
                 self._answered = False
             child = self._child
             if child is None:
                 return None
-            grace = 1.0 if self._answered else START_GRACE
+            # The child gives itself ``timeout + 1``: a margin above that, or a slow answer kills it.
+            grace = 3.0 if self._answered else START_GRACE
             self._next_id += 1
             request = {"id": self._next_id, "group": group_id, "timeout": timeout}
             try:
@@ -138,16 +157,25 @@ class DescribeProcess:
             if answer is None:
                 return None
             self._answered = True
+            self._stillborn = 0
             if "error" in answer:
                 self._log.debug("describing group %r failed: %s", group_id, answer["error"])
                 return None
             fields: dict[str, Any] = answer["group"]
             return fields
 
-    def stop(self) -> None:
-        """End the child (it exits as its stdin closes); a later describe starts another."""
+    def stop(self, *, final: bool = False) -> None:
+        """End the child at once, also while a describe waits on it (that describe answers None);
+        a later describe starts another, unless ``final`` (the consumer closed)."""
+        self._stopping = True
+        if final:
+            self._closed = True
+        child = self._child
+        if child is not None:
+            child.kill()  # not under the lock: a describe may hold it, waiting on this child
         with self._lock:
             child, self._child, self._buffer = self._child, None, b""
+            self._stopping = False
         if child is not None:
             _close(child)
 
@@ -163,11 +191,18 @@ class DescribeProcess:
                 stderr=subprocess.DEVNULL,
                 close_fds=True,
             )
+        except OSError as exc:
+            self._log.debug("no describe helper process: %s", exc)
+            self._stillborn += 1
+            return None
+        try:
             assert child.stdin is not None
             child.stdin.write(json.dumps(self._conf).encode() + b"\n")
             child.stdin.flush()
         except OSError as exc:
-            self._log.debug("no describe helper process: %s", exc)
+            self._log.debug("the describe helper process ended at once: %s", exc)
+            self._stillborn += 1
+            _close(child)
             return None
         return child
 
@@ -212,6 +247,19 @@ class DescribeProcess:
         if child is None:
             return
         status = _close(child)
+        if self._stopping:
+            self._log.debug("the describe process was stopped (%s)", why)
+            return
+        if not self._answered:
+            self._stillborn += 1
+            if self._stillborn >= BROKEN_AFTER:
+                self._log.warning(
+                    "no describe process could be started here (%d died before answering, exit status %s): "
+                    "the rebalance explainer describes in this process from now on",
+                    self._stillborn,
+                    status,
+                )
+                return
         self._log.warning(
             "the group describer's helper process was given up (%s; exit status %s): this rebalance "
             "is not explained; the next one starts another",
@@ -260,12 +308,15 @@ def _child_main(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     admin = AdminClient(conf)
     for line in stdin:
         request = json.loads(line)
+        answer: dict[str, Any]
         try:
             timeout = float(request["timeout"])
             future = admin.describe_consumer_groups([request["group"]], request_timeout=timeout)[request["group"]]
-            send({"id": request["id"], "group": description_fields(future.result(timeout=timeout + 1))})
+            answer = {"id": request["id"], "group": description_fields(future.result(timeout=timeout + 1))}
         except Exception as exc:  # noqa: BLE001 - the parent decides; it logs at DEBUG
-            send({"id": request["id"], "error": f"{type(exc).__name__}: {exc}"})
+            answer = {"id": request["id"], "error": f"{type(exc).__name__}: {exc}"}
+        admin.poll(0)  # librdkafka's log lines wait on the client's queue until it is served
+        send(answer)
 
 
 if __name__ == "__main__":

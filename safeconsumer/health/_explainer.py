@@ -187,7 +187,12 @@ class GroupDescriber:
         process; describe no more."""
         self._released = True
         self._admin = None
-        self._process.stop()
+        self._process.stop(final=True)
+
+    def end_process(self) -> None:
+        """End the describe process for good (quick: it is killed, not waited for; a describe
+        waiting on it answers None). The admin client, if any, goes with :meth:`release`."""
+        self._process.stop(final=True)
 
     def warm(self) -> None:
         """A describe is likely soon (the member subscribed): start the describe process now."""
@@ -253,7 +258,12 @@ class GroupDescriber:
         if self._released:
             return None
         if self._process.usable:
-            fields = self._process.describe(self._group_id, timeout)
+            try:
+                fields = self._process.describe(self._group_id, timeout)
+            except Exception as exc:  # noqa: BLE001 - explaining is best effort; never the consumer's failure
+                logger.debug("describing group %r in the describe process failed: %s", self._group_id, exc)
+                self._process.stop()
+                return None
         else:
             try:
                 fields = description_fields(describe_group(self._client(), self._group_id, timeout))
@@ -408,6 +418,8 @@ class RebalanceExplainer:
             self._stopped = True
             if wake:
                 self._wake.notify_all()
+        if self._describer is not None:
+            self._describer.end_process()  # at once: a dropped consumer's child must not outlive it
 
     def close(self, *, wait: bool = True) -> None:
         """Stop the background thread (what it had not explained is counted as ``unknown``).

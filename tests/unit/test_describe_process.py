@@ -76,3 +76,33 @@ def _gone(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except FileNotFoundError:
         return True
+
+
+def test_where_no_child_can_work_the_explainer_describes_in_process(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An executable that is not this Python (an embedding server) starts children that die at once:
+    after two of them, none is started any more."""
+    caplog.set_level(logging.DEBUG, logger="safeconsumer")
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    process = DescribeProcess(admin_config(NOWHERE), HELPER_LOG)
+    assert process.usable
+    assert process.describe("g", timeout=0.2) is None
+    assert process.usable, "one child that died is not yet a verdict"
+    assert process.describe("g", timeout=0.2) is None
+    assert not process.usable
+    assert any("no describe process could be started here" in r.getMessage() for r in caplog.records)
+
+
+def test_stop_ends_a_child_at_once_and_final_stops_for_good() -> None:
+    process = DescribeProcess(admin_config(NOWHERE), HELPER_LOG)
+    process.warm()
+    first = process.pid
+    assert first is not None
+    process.stop()
+    assert process.pid is None
+    process.warm()
+    assert process.pid not in (None, first), "stopped, not closed: another child may start"
+    process.stop(final=True)
+    process.warm()
+    assert process.pid is None and process.describe("g", timeout=0.2) is None

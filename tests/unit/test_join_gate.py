@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from safeconsumer.consumer._join_gate import NO_ANSWER, JoinGate, judge
+from safeconsumer.consumer._join_gate import MAX_REFUSALS, NO_ANSWER, JoinGate, judge
 from safeconsumer.health._explainer import GroupView, Member
 from safeconsumer.testing import wait_until
 
@@ -152,3 +152,29 @@ def test_no_wait_again_once_the_timeout_ran_out() -> None:
     forever.hold()
     assert _ready_within(forever, 5)
     assert forever.may_wait_again(time.monotonic() + 1e6)
+
+
+def test_a_subscription_refused_again_and_again_stops_waiting() -> None:
+    """A refusal the gate cannot see coming (e.g. online migration disabled on the broker) must
+    not loop: after ``MAX_REFUSALS`` waits again the refusal is fatal."""
+    describer = Describer(_view("CONSUMER"))
+    gate = JoinGate("g", lambda: describer, timeout=None, check_every=0.01)
+    gate.hold()
+    assert _ready_within(gate, 5)
+    for _ in range(MAX_REFUSALS):
+        assert gate.may_wait_again(time.monotonic())
+        gate.hold(again=True)
+        assert _ready_within(gate, 5)
+    assert not gate.may_wait_again(time.monotonic())
+    gate.hold()  # a new subscription starts counting again
+    assert _ready_within(gate, 5)
+    assert gate.may_wait_again(time.monotonic())
+
+
+def test_a_closed_gate_never_holds_again() -> None:
+    describer = Describer(_view("CLASSIC", assignor="cooperative-sticky"))
+    gate = JoinGate("g", lambda: describer, timeout=None, check_every=0.01)
+    gate.close()
+    gate.hold(again=True)
+    assert gate.due == 0.0 and describer.calls == 0
+    assert not gate.may_wait_again(time.monotonic())

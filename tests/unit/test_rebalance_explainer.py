@@ -51,6 +51,9 @@ class Group:
         """The in-process admin client handed over between rebalances (none here)."""
         self.idled += 1
 
+    def end_process(self) -> None:
+        pass
+
     def idle(self) -> Callable[[], None]:
         """What drops the admin client and ends the describe process when idle (none here)."""
         return lambda: None
