@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m examples.demo
 
-## make check: the inner loop, in about two minutes: lint, types, the unit tests and the broker-less
+## make check: the inner loop, in about a minute: lint, types, the unit tests and the broker-less
 ## conformance suite (no broker, no browser)
 check: $(STAMP)
 	$(PY) -m ruff check .
@@ -84,7 +84,8 @@ typecheck: $(STAMP)
 ## make bench: every line of SPEC's Budgets table in one run, side by side with the raw client
 ## (benchmarks/budgets.py; benchmarks/throughput.py and benchmarks/aio.py go deeper into one line)
 bench: $(STAMP)
-	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m benchmarks.budgets
+	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m benchmarks.budgets; status=$$?; \
+	$(PY) -m benchmarks.report && exit $$status
 
 ## make soak: member processes started, killed and terminated at random, under every protocol
 ## (SOAK_SECONDS of chaos each, default 180); fails on any lost record or invariant violation

@@ -3,11 +3,15 @@
     python -m benchmarks.budgets [--records 1000000] [--rounds 7] [--rss-rounds 9] [--parked-seconds 20]
 
 One broker (the embedded one unless KAFKA_BOOTSTRAP_SERVERS is set), then, each contender
-alternating with its peer (which goes first alternates by round), medians over rounds:
+alternating with its peers (the order rotates by round), medians over rounds:
 
-- throughput, ``consume(500)`` and ``poll()``: raw ``Consumer``, ``SafeConsumer``, and
-  ``SafeConsumer`` with an OpenTelemetry SDK attached (meter provider with a reader, tracer
-  provider), ``--records`` records of 100 B (as :mod:`benchmarks.throughput`);
+- what ``consume(500)`` adds per record on a prefilled local queue, in wall time and in the main
+  thread's CPU (:mod:`benchmarks.per_record`: each measurement a child process of its own; the
+  median of the per-round differences to raw);
+- throughput from the broker, ``consume(500)`` (reported, not judged) and ``poll()``: raw
+  ``Consumer``, ``SafeConsumer``, and ``SafeConsumer`` with an OpenTelemetry SDK attached (meter
+  provider with a reader, tracer provider), ``--records`` records of 100 B (as
+  :mod:`benchmarks.throughput`);
 - time from ``subscribe()`` to the first record;
 - peak RSS of a child process per contender (``VmHWM``; :mod:`benchmarks._rss_child`): small
   (1 kB) and large (500 kB) records, ``poll()`` and ``consume(500)``, a fast application and a
@@ -19,17 +23,26 @@ alternating with its peer (which goes first alternates by round), medians over r
 - CPU of a parked ``SafeConsumer`` (inside ``keepalive()``, 4 partitions assigned) over
   ``--parked-seconds``, in % of one core.
 
-It ends with one table: each budget, the figure measured, and whether it holds. Exit status 0
-when every budget held, 1 otherwise.
+It ends with one table: each budget, the median measured with its spread over rounds (min-max),
+and whether it holds (a line is judged by its median). The same lines, with the machine and the
+versions, are written to ``benchmarks/results/<date>-<commit>.json`` (``--results DIR``), from
+which :mod:`benchmarks.report` generates the figures of docs/performance.md. Exit status 0 when
+every budget held, 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
+import json
+import os
+import platform
+import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from confluent_kafka import Consumer
 from confluent_kafka.aio import AIOConsumer
@@ -40,8 +53,12 @@ from safeconsumer.testing import KafkaTestKit, start_broker
 
 from .aio import _confluent
 from .parked_cpu import parked_cpu
+from .per_record import added, side_by_side
 from .throughput import Factory, _conf, _first_record, _peak_rss_mb, _read_all, _side_by_side, _with_sdk, median_ratio
 
+ROOT = Path(__file__).resolve().parents[1]
+#: Where each run's results file goes.
+RESULTS = ROOT / "benchmarks" / "results"
 #: Values each peak-RSS child reads: 100 MiB, as 1 kB or 500 kB records.
 RSS_BYTES = 100 * 1024 * 1024
 RECORD_SIZES = {"1 kB": 1000, "500 kB": 500_000}
@@ -61,20 +78,39 @@ class Line:
 
     what: str
     figure: float
-    bound: float
+    bound: float | None
     at_least: bool
     unit: str = "x"
+    #: The spread of the per-round values the median was taken from (min, max).
+    low: float | None = None
+    high: float | None = None
 
     @property
     def holds(self) -> bool:
+        """Judged by its median; a line without a bound (reported only) always holds."""
+        if self.bound is None:
+            return True
         return self.figure >= self.bound if self.at_least else self.figure <= self.bound
 
     def row(self) -> str:
-        sign = ">=" if self.at_least else "<"
-        if self.unit == "x":
-            sign = ">=" if self.at_least else "<="
+        digits = 1 if self.unit == " ns" else 2
+        spread = (
+            f" ({self.low:.{digits}f}-{self.high:.{digits}f})" if self.low is not None and self.high is not None else ""
+        )
+        measured = f"{self.figure:.{digits}f}{self.unit}{spread}"
+        if self.bound is None:
+            return f"| {self.what} | {measured} | reported, not judged | |"
+        sign = ">=" if self.at_least else "<="
         mark = "✓" if self.holds else "✗"
-        return f"| {self.what} | {self.figure:.2f}{self.unit} | {sign} {self.bound:g}{self.unit} | {mark} |"
+        return f"| {self.what} | {measured} | {sign} {self.bound:g}{self.unit} | {mark} |"
+
+
+def ratio_line(
+    what: str, values: dict[str, list[float]], name: str, base: str, *, bound: float | None, at_least: bool
+) -> Line:
+    """A ratio line: the median over rounds of ``name``/``base`` in the same round, with its spread."""
+    ratios = [s / b for s, b in zip(values[name], values[base], strict=True)]
+    return Line(what, median_ratio(values, name, base), bound, at_least, low=min(ratios), high=max(ratios))
 
 
 def _rate(value: float) -> str:
@@ -85,10 +121,26 @@ def _mib(value: float) -> str:
     return f"{value:>8,.1f} MiB"
 
 
+def _per_record(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> list[Line]:
+    topic = kit.create_topic(partitions=4)
+    kit.produce(topic, args.per_record_records, partitions=4, value_size=100)
+    got = side_by_side(bootstrap, topic, args.per_record_records, args.per_record_rounds)
+    lines = []
+    for clock, label in (("wall", "wall time"), ("cpu", "main-thread CPU")):
+        for kind, what, bound in (("safe", "", 25.0), ("otel", ", OpenTelemetry SDK attached", 40.0)):
+            fig = added(got[clock], kind)
+            lines.append(
+                Line(
+                    f"`consume(500)` adds per record, {label}{what}", fig.median, bound, False, " ns", fig.low, fig.high
+                )
+            )
+    return lines
+
+
 def _throughput(bootstrap: str, topic: str, args: argparse.Namespace) -> list[Line]:
     makers: dict[str, Factory] = {"raw": Consumer, "safe": SafeConsumer, "otel": _with_sdk}
     lines = []
-    for mode, bound in (("consume(500)", 1.0), ("poll()", 1.1)):
+    for mode, bound, sdk_bound in (("consume(500)", None, None), ("poll()", 1.1, 0.95)):
         rates = _side_by_side(
             mode,
             list(makers),
@@ -96,9 +148,17 @@ def _throughput(bootstrap: str, topic: str, args: argparse.Namespace) -> list[Li
             lambda name, mode=mode: _read_all(makers[name], _conf(bootstrap, BACKOFF_MS), topic, args.records, mode)[0],  # type: ignore[misc]
             _rate,
         )
-        lines.append(Line(f"`{mode}` throughput", median_ratio(rates, "safe", "raw"), bound, True))
+        end_to_end = " end to end" if bound is None else ""
+        lines.append(ratio_line(f"`{mode}` throughput{end_to_end}", rates, "safe", "raw", bound=bound, at_least=True))
         lines.append(
-            Line(f"`{mode}` throughput, OpenTelemetry SDK attached", median_ratio(rates, "otel", "raw"), 0.95, True)
+            ratio_line(
+                f"`{mode}` throughput{end_to_end}, OpenTelemetry SDK attached",
+                rates,
+                "otel",
+                "raw",
+                bound=sdk_bound,
+                at_least=True,
+            )
         )
     return lines
 
@@ -112,7 +172,7 @@ def _first_records(bootstrap: str, topic: str, args: argparse.Namespace) -> Line
         lambda name: _first_record(makers[name], _conf(bootstrap, BACKOFF_MS), topic),
         lambda seconds: f"{seconds * 1000:>8,.0f} ms",
     )
-    return Line("subscribe to first record", median_ratio(took, "safe", "raw"), 1.1, False)
+    return ratio_line("subscribe to first record", took, "safe", "raw", bound=1.1, at_least=False)
 
 
 def _rss(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> tuple[list[Line], list[str]]:
@@ -136,7 +196,7 @@ def _rss(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> tuple[l
                 controlled = (size_label, speed) == CONTROLLED
                 names = ["raw", "safe", "imported"] if controlled else ["raw", "safe"]
                 mib = _side_by_side(label, names, args.rss_rounds, peak, _mib)
-                lines.append(Line(label, median_ratio(mib, "safe", "raw"), 1.10, False))
+                lines.append(ratio_line(label, mib, "safe", "raw", bound=1.10, at_least=False))
                 if controlled:
                     controls.append(f"{label}: {median_ratio(mib, 'imported', 'raw'):.2f}x")
     return lines, controls
@@ -152,8 +212,16 @@ def _aio(bootstrap: str, topic: str, args: argparse.Namespace) -> list[Line]:
             return asyncio.run(readers[name](bootstrap, topic, n, mode))  # type: ignore[arg-type]
 
         rates = _side_by_side(f"await {mode}", list(readers), args.rounds, rate, _rate)
-        ratio = median_ratio(rates, "SafeAIOConsumer", "AIOConsumer")
-        lines.append(Line(f"SafeAIOConsumer `await {mode}` / AIOConsumer", ratio, 1.0, True))
+        lines.append(
+            ratio_line(
+                f"SafeAIOConsumer `await {mode}` / AIOConsumer",
+                rates,
+                "SafeAIOConsumer",
+                "AIOConsumer",
+                bound=1.0,
+                at_least=True,
+            )
+        )
     return lines
 
 
@@ -176,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--rss-rounds", type=int, default=9)
     parser.add_argument("--parked-seconds", type=float, default=20.0)
+    parser.add_argument("--per-record-records", type=int, default=200_000)
+    parser.add_argument("--per-record-rounds", type=int, default=9)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the results file goes")
     args = parser.parse_args(argv)
     started = time.monotonic()
     with start_broker() as broker:
@@ -183,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             topic = kit.create_topic(partitions=4)
             kit.produce(topic, args.records, partitions=4, value_size=100)
-            lines = _throughput(broker.bootstrap_servers, topic, args)
+            lines = _per_record(kit, broker.bootstrap_servers, args)
+            lines += _throughput(broker.bootstrap_servers, topic, args)
             lines.append(_first_records(broker.bootstrap_servers, topic, args))
             rss_lines, controls = _rss(kit, broker.bootstrap_servers, args)
             lines += rss_lines
@@ -191,17 +263,58 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(_parked(kit, args))
         finally:
             kit.close()
-    print(f"\nBudgets (SPEC), one run, {time.monotonic() - started:.0f}s; ratios are medians of safe/raw per round\n")
-    print("| budget | measured | bound | holds |\n|---|---:|---:|:-:|")
+    took = time.monotonic() - started
+    print(
+        f"\nBudgets (SPEC), one run, {took:.0f}s; medians over rounds of safe against raw in the same round (spread)\n"
+    )
+    print("| budget | measured (spread) | bound | holds |\n|---|---:|---:|:-:|")
     for line in lines:
         print(line.row())
     if controls:
         print("\nControls (not budgets): a raw Consumer in a process that imported safeconsumer, against raw")
         for control in controls:
             print(f"- {control}")
+    written = _write_results(args.results, lines, controls, took)
+    print(f"\nresults: {written.relative_to(ROOT) if written.is_relative_to(ROOT) else written}")
     failed = [line.what for line in lines if not line.holds]
     print(f"\n{'every budget held' if not failed else 'over budget: ' + '; '.join(failed)}", flush=True)
     return 1 if failed else 0
+
+
+def _write_results(where: Path, lines: list[Line], controls: list[str], took: float) -> Path:
+    """One machine-readable file per run: the lines, the machine, the versions, the commit."""
+    import confluent_kafka
+
+    from safeconsumer.testing import KAFKA_VERSION
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    result = {
+        "schema": 1,
+        "date": now.isoformat(timespec="seconds"),
+        "commit": commit or "unknown",
+        "command": "make bench",
+        "seconds": round(took),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+            "system": f"{platform.system()} {platform.release()}",
+            "python": platform.python_version(),
+        },
+        "versions": {
+            "confluent-kafka": confluent_kafka.version()[0],
+            "librdkafka": confluent_kafka.libversion()[0],
+            "kafka": KAFKA_VERSION,
+        },
+        "lines": [{**asdict(line), "holds": line.holds} for line in lines],
+        "controls": controls,
+    }
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"{now:%Y-%m-%dT%H%M%SZ}-{result['commit']}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
 
 
 if __name__ == "__main__":

@@ -213,12 +213,12 @@ def _side_by_side(
     measure: Callable[[str], float],
     show: Callable[[float], str],
 ) -> dict[str, list[float]]:
-    """Measure every contender once per round (which goes first alternates), print each value,
+    """Measure every contender once per round (the order rotates by round), print each value,
     then per contender the medians and the median ratio to the first (the baseline); returns
     every value by contender."""
     values: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # each contender in each place in turn
             value = measure(name)
             values[name].append(value)
             print(f"  {label:13} round {r + 1} {name:4}: {show(value)}", flush=True)

@@ -114,6 +114,8 @@ def test_every_page_loads_with_its_pictures_and_no_console_error(site: tuple[str
         ("pause-and-delivery", "delivery-timeline.svg"),
         ("lifecycle", "delivery-timeline.svg"),
         ("keepalive", "keepalive-cycle.svg"),
+        ("performance", "bench-per-record.svg"),
+        ("performance", "bench-ratios.svg"),
     } <= pictures, pictures
 
 

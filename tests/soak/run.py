@@ -319,7 +319,7 @@ class Soak:
             cmd.append("--migration-timeout=none")
         else:
             # One protocol: the group is never classic with members for a consumer-protocol member,
-            # so the join gate would only add its admin lookup (docs/testing.md: librdkafka #4605).
+            # so the join gate would only add its admin lookup.
             cmd.append("--migration-timeout=0")
         if drain:
             cmd.append("--drain")
