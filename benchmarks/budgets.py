@@ -54,6 +54,7 @@ from safeconsumer.testing import KafkaTestKit, start_broker
 from .aio import _confluent
 from .parked_cpu import parked_cpu
 from .per_record import added, side_by_side
+from .rss_trace import trace
 from .throughput import Factory, _conf, _first_record, _peak_rss_mb, _read_all, _side_by_side, _with_sdk, median_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,10 +176,14 @@ def _first_records(bootstrap: str, topic: str, args: argparse.Namespace) -> Line
     return ratio_line("subscribe to first record", took, "safe", "raw", bound=1.1, at_least=False)
 
 
-def _rss(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> tuple[list[Line], list[str]]:
-    """The peak-RSS lines, and the controls of the fast 1 kB rows (see ``CONTROLLED``)."""
+def _rss(
+    kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace
+) -> tuple[list[Line], list[str], dict[str, list[list[float]]]]:
+    """The peak-RSS lines, the controls of the fast 1 kB rows (see ``CONTROLLED``), and one RSS
+    trace of raw and of SafeConsumer over a fast 1 kB ``consume()`` read (for docs/performance.md)."""
     lines: list[Line] = []
     controls: list[str] = []
+    traces: dict[str, list[list[float]]] = {}
     for size_label, size in RECORD_SIZES.items():
         count = RSS_BYTES // size
         topic = kit.create_topic(partitions=4)
@@ -199,7 +204,10 @@ def _rss(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> tuple[l
                 lines.append(ratio_line(label, mib, "safe", "raw", bound=1.10, at_least=False))
                 if controlled:
                     controls.append(f"{label}: {median_ratio(mib, 'imported', 'raw'):.2f}x")
-    return lines, controls
+                if controlled and mode == "consume":
+                    for kind in ("raw", "safe"):
+                        traces[kind] = trace(kind, bootstrap, topic, count)["trace"]
+    return lines, controls, traces
 
 
 def _aio(bootstrap: str, topic: str, args: argparse.Namespace) -> list[Line]:
@@ -257,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             lines = _per_record(kit, broker.bootstrap_servers, args)
             lines += _throughput(broker.bootstrap_servers, topic, args)
             lines.append(_first_records(broker.bootstrap_servers, topic, args))
-            rss_lines, controls = _rss(kit, broker.bootstrap_servers, args)
+            rss_lines, controls, traces = _rss(kit, broker.bootstrap_servers, args)
             lines += rss_lines
             lines += _aio(broker.bootstrap_servers, topic, args)
             lines.append(_parked(kit, args))
@@ -274,14 +282,16 @@ def main(argv: list[str] | None = None) -> int:
         print("\nControls (not budgets): a raw Consumer in a process that imported safeconsumer, against raw")
         for control in controls:
             print(f"- {control}")
-    written = _write_results(args.results, lines, controls, took)
+    written = _write_results(args.results, lines, controls, traces, took)
     print(f"\nresults: {written.relative_to(ROOT) if written.is_relative_to(ROOT) else written}")
     failed = [line.what for line in lines if not line.holds]
     print(f"\n{'every budget held' if not failed else 'over budget: ' + '; '.join(failed)}", flush=True)
     return 1 if failed else 0
 
 
-def _write_results(where: Path, lines: list[Line], controls: list[str], took: float) -> Path:
+def _write_results(
+    where: Path, lines: list[Line], controls: list[str], traces: dict[str, list[list[float]]], took: float
+) -> Path:
     """One machine-readable file per run: the lines, the machine, the versions, the commit."""
     import confluent_kafka
 
@@ -310,6 +320,7 @@ def _write_results(where: Path, lines: list[Line], controls: list[str], took: fl
         },
         "lines": [{**asdict(line), "holds": line.holds} for line in lines],
         "controls": controls,
+        "rss_traces": traces,
     }
     where.mkdir(parents=True, exist_ok=True)
     path = where / f"{now:%Y-%m-%dT%H%M%SZ}-{result['commit']}.json"

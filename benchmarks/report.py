@@ -4,9 +4,11 @@
 
 Writes the part of docs/performance.md between its ``generated`` markers (the machine, the
 versions, the command and one table of every budget: median, spread over rounds, bound) and two
-pictures: ``docs/img/bench-per-record.svg`` (what ``consume(500)`` adds per record) and
-``docs/img/bench-ratios.svg`` (every ratio line against its bound). ``make bench`` runs it after
-each run; ``tests/unit/test_bench_report.py`` fails when the page and the newest results differ.
+pictures: ``docs/img/bench-per-record.svg`` (what ``consume(500)`` adds per record),
+``docs/img/bench-ratios.svg`` (every ratio line against its bound) and, from results that carry
+them, ``docs/img/bench-rss-trace.svg`` (raw's and SafeConsumer's resident memory over one read).
+``make bench`` runs it after each run; ``tests/unit/test_bench_report.py`` fails when the page and
+the newest results differ.
 """
 
 from __future__ import annotations
@@ -80,6 +82,14 @@ def section(result: dict[str, Any], source: str) -> str:
             "",
             "![Every ratio to raw, median and spread, against its budget](img/bench-ratios.svg)",
             "",
+            *(
+                [
+                    "![Resident memory of a raw Consumer and of a SafeConsumer over one read](img/bench-rss-trace.svg)",
+                    "",
+                ]
+                if result.get("rss_traces")
+                else []
+            ),
             END,
         ]
     )
@@ -138,6 +148,44 @@ def _chart(
     return "\n".join(out) + "\n"
 
 
+def _trace_chart(traces: dict[str, list[list[float]]]) -> str:
+    """RSS against records read, one line per contender."""
+    left, width, top, height = 60, 640, 40, 260
+    points = [p for series in traces.values() for p in series]
+    most_read = max(p[0] for p in points) or 1
+    most_mib = max(p[1] for p in points) * 1.1 or 1
+
+    def xy(p: list[float]) -> str:
+        return f"{left + p[0] / most_read * width:.1f},{top + height - p[1] / most_mib * height:.1f}"
+
+    colours = {"raw": "#1f5fa8", "safe": "#2a7d2a"}
+    names = {"raw": "raw Consumer", "safe": "SafeConsumer"}
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 20}" height="{top + height + 50}" '
+        'font-family="sans-serif" font-size="12">',
+        '<text x="10" y="20" font-size="14" font-weight="bold">Resident memory over one read: 100 MiB of 1 kB '
+        "records, consume(500), a fast application</text>",
+        f'<line x1="{left}" y1="{top + height}" x2="{left + width}" y2="{top + height}" stroke="#999"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + height}" stroke="#999"/>',
+        f'<text x="{left + width / 2}" y="{top + height + 32}" text-anchor="middle">records read '
+        f"(0 to {most_read:,.0f})</text>",
+        f'<text x="{left - 8}" y="{top + 4}" text-anchor="end">{most_mib:.0f} MiB</text>',
+        f'<text x="{left - 8}" y="{top + height}" text-anchor="end">0</text>',
+    ]
+    for i, (kind, series) in enumerate(sorted(traces.items())):
+        colour = colours.get(kind, "#888")
+        out.append(
+            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{" ".join(xy(p) for p in series)}"/>'
+        )
+        peak = max(p[1] for p in series)
+        out.append(
+            f'<text x="{left + width - 10}" y="{top + 16 + 16 * i}" text-anchor="end" fill="{colour}">'
+            f"{names.get(kind, kind)}: peak {peak:.0f} MiB</text>"
+        )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def pictures(result: dict[str, Any]) -> dict[str, str]:
     per_record = [line for line in result["lines"] if line["unit"] == " ns"]
     ratios = [line for line in result["lines"] if line["unit"] == "x"]
@@ -145,6 +193,7 @@ def pictures(result: dict[str, Any]) -> dict[str, str]:
         "bench-per-record.svg": _chart(
             per_record, "consume(500): nanoseconds added per record to raw's (budget: tick)", " ns", 0.0
         ),
+        **({"bench-rss-trace.svg": _trace_chart(result["rss_traces"])} if result.get("rss_traces") else {}),
         "bench-ratios.svg": _chart(ratios, "SafeConsumer against raw: ratios (budget: tick)", "x", 1.0, (0.5, 1.7)),
     }
 

@@ -37,6 +37,21 @@ RECORD_BYTES = 1024
 TOTAL_BYTES = 100 * 1024 * 1024
 SAMPLE_EVERY = 0.002
 CHILD_TIMEOUT = 600.0
+#: Samples a child reports of its whole read (evenly spaced).
+TRACE_POINTS = 300
+
+
+def trace(kind: str, bootstrap: str, topic: str, records: int, mode: str = "consume") -> dict[str, Any]:
+    """One child's read of ``records`` records (see :func:`child`): its peak, and its RSS trace."""
+    from safeconsumer.testing import unique_name
+
+    cmd = [sys.executable, "-m", "benchmarks.rss_trace", "--mode", mode]
+    cmd += ["--child", kind, bootstrap, topic, unique_name("rsstrace"), str(records)]
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True, timeout=CHILD_TIMEOUT, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} child exited {proc.returncode}")
+    seen: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return seen
 
 
 def _rss_mib() -> float:
@@ -117,6 +132,8 @@ def child(kind: str, bootstrap: str, topic: str, group: str, records: int, *, mo
                 "read_seconds": ended - first,
                 "queued_most": queued["most"] / 2**20 if stats else None,
                 "read_at_queued_most": queued["at"] if stats else None,
+                # The whole read, at most TRACE_POINTS samples: (records read, MiB).
+                "trace": [[s[2], round(s[1], 1)] for s in samples[:: max(1, len(samples) // TRACE_POINTS)]],
             }
         ),
         flush=True,

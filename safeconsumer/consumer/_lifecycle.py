@@ -258,6 +258,7 @@ class Lifecycle:
         self.state = State.CLOSED
         parts.keeper.stop(join=False)
         parts.explainer.stop()
+        parts.explainer.end_process()
         parts.rebalancer.stop_joining()
 
     def fail(self, fatal: FatalConsumerError, err: KafkaError) -> NoReturn:

@@ -180,6 +180,21 @@ class DescribeProcess:
             _close(child)
 
     # -- the parent's side -------------------------------------------------------------------
+    def _stillbirth(self, status: int | None) -> bool:
+        """A child died before its first answer: True once that makes children unusable here
+        (``BROKEN_AFTER`` in a row; logged once, as the explainer falls back to this process)."""
+        self._stillborn += 1
+        if self._stillborn < BROKEN_AFTER:
+            return False
+        if self._stillborn == BROKEN_AFTER:
+            self._log.warning(
+                "no describe process could be started here (%d died before answering, exit status %s): "
+                "the rebalance explainer describes in this process from now on",
+                self._stillborn,
+                status,
+            )
+        return True
+
     def _start(self) -> subprocess.Popen[bytes] | None:
         if not self.usable:
             return None
@@ -193,7 +208,7 @@ class DescribeProcess:
             )
         except OSError as exc:
             self._log.debug("no describe helper process: %s", exc)
-            self._stillborn += 1
+            self._stillbirth(None)
             return None
         try:
             assert child.stdin is not None
@@ -201,8 +216,7 @@ class DescribeProcess:
             child.stdin.flush()
         except OSError as exc:
             self._log.debug("the describe helper process ended at once: %s", exc)
-            self._stillborn += 1
-            _close(child)
+            self._stillbirth(_close(child))
             return None
         return child
 
@@ -250,16 +264,8 @@ class DescribeProcess:
         if self._stopping:
             self._log.debug("the describe process was stopped (%s)", why)
             return
-        if not self._answered:
-            self._stillborn += 1
-            if self._stillborn >= BROKEN_AFTER:
-                self._log.warning(
-                    "no describe process could be started here (%d died before answering, exit status %s): "
-                    "the rebalance explainer describes in this process from now on",
-                    self._stillborn,
-                    status,
-                )
-                return
+        if not self._answered and self._stillbirth(status):
+            return
         self._log.warning(
             "the group describer's helper process was given up (%s; exit status %s): this rebalance "
             "is not explained; the next one starts another",

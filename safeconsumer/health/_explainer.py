@@ -418,8 +418,12 @@ class RebalanceExplainer:
             self._stopped = True
             if wake:
                 self._wake.notify_all()
+
+    def end_process(self) -> None:
+        """The consumer was dropped: its describe process ends now (killed, not waited for by a
+        describe in flight), rather than when the explainer is collected."""
         if self._describer is not None:
-            self._describer.end_process()  # at once: a dropped consumer's child must not outlive it
+            self._describer.end_process()
 
     def close(self, *, wait: bool = True) -> None:
         """Stop the background thread (what it had not explained is counted as ``unknown``).
