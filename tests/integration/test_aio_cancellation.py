@@ -34,6 +34,8 @@ pytestmark = pytest.mark.serial
 Point = Literal["before", "during", "after"]
 FIRST = 50  # records the application receives before the cancelled call
 BATCH = 100  # what the cancelled consume() asks for (and gets, at the points that read)
+#: How long the lock must stay held for the "during" case to take it as the work waiting in librdkafka.
+HELD_FOR = 0.3
 
 
 async def _receive_exactly(c: SafeAIOConsumer, got: Received, count: int, *, timeout: float = 60) -> None:
@@ -56,9 +58,16 @@ async def _cancel_a_consume(c: SafeAIOConsumer, kafka: KafkaTestKit, topic: str,
         # caller is cancelled there, then the records arrive and the work returns them to nobody.
         task = asyncio.ensure_future(c.consume(BATCH, 10))
         lock: Any = port_of(c.consumer, "poll").async_link().lock  # an RLock
+        # Held for a while, not for a moment: another short holder of the lock (a read-ahead of
+        # the aio adapter, say) must not pass for the waiting work.
         deadline = time.monotonic() + 30
-        while lock.acquire(blocking=False):
-            lock.release()
+        held_since: float | None = None
+        while held_since is None or time.monotonic() - held_since < HELD_FOR:
+            if lock.acquire(blocking=False):
+                lock.release()
+                held_since = None
+            elif held_since is None:
+                held_since = time.monotonic()
             assert time.monotonic() < deadline, "the consume() never reached librdkafka"
             await asyncio.sleep(0.005)
         task.cancel()
