@@ -26,7 +26,8 @@ import time
 from confluent_kafka import Consumer
 
 
-def _make(kind: str, conf: dict[str, object]) -> Consumer:
+def make_contender(kind: str, conf: dict[str, object]) -> Consumer:
+    """A contender by name: ``raw``, ``imported`` (the control), ``safe``, ``otel`` (an SDK attached)."""
     if kind == "raw":
         return Consumer(conf)
     from safeconsumer import SafeConsumer
@@ -55,7 +56,7 @@ def main() -> None:
         "auto.offset.reset": "earliest",
         "fetch.queue.backoff.ms": int(backoff),
     }
-    c = _make(kind, conf)
+    c = make_contender(kind, conf)
     c.subscribe([topic])
     got, want = 0, int(records)
     owed = 0.0  # seconds of simulated work not yet slept

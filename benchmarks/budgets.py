@@ -54,6 +54,7 @@ from safeconsumer.testing import KafkaTestKit, start_broker
 from .aio import _confluent
 from .parked_cpu import parked_cpu
 from .per_record import added, side_by_side
+from .report import rows
 from .rss_trace import trace
 from .throughput import Factory, _conf, _first_record, _peak_rss_mb, _read_all, _side_by_side, _with_sdk, median_ratio
 
@@ -93,17 +94,9 @@ class Line:
             return True
         return self.figure >= self.bound if self.at_least else self.figure <= self.bound
 
-    def row(self) -> str:
-        digits = 1 if self.unit == " ns" else 2
-        spread = (
-            f" ({self.low:.{digits}f}-{self.high:.{digits}f})" if self.low is not None and self.high is not None else ""
-        )
-        measured = f"{self.figure:.{digits}f}{self.unit}{spread}"
-        if self.bound is None:
-            return f"| {self.what} | {measured} | reported, not judged | |"
-        sign = ">=" if self.at_least else "<="
-        mark = "✓" if self.holds else "✗"
-        return f"| {self.what} | {measured} | {sign} {self.bound:g}{self.unit} | {mark} |"
+    def as_dict(self) -> dict[str, object]:
+        """As the results file and :func:`benchmarks.report.rows` take it."""
+        return {**asdict(self), "holds": self.holds}
 
 
 def ratio_line(
@@ -275,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nBudgets (SPEC), one run, {took:.0f}s; medians over rounds of safe against raw in the same round (spread)\n"
     )
-    print("| budget | measured (spread) | bound | holds |\n|---|---:|---:|:-:|")
-    for line in lines:
-        print(line.row())
+    print("| what | median (spread over rounds) | budget | |\n|---|---:|---:|:-:|")
+    for row in rows([line.as_dict() for line in lines]):
+        print(row)
     if controls:
         print("\nControls (not budgets): a raw Consumer in a process that imported safeconsumer, against raw")
         for control in controls:
@@ -318,7 +311,7 @@ def _write_results(
             "librdkafka": confluent_kafka.libversion()[0],
             "kafka": KAFKA_VERSION,
         },
-        "lines": [{**asdict(line), "holds": line.holds} for line in lines],
+        "lines": [line.as_dict() for line in lines],
         "controls": controls,
         "rss_traces": traces,
     }

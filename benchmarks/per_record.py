@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._rss_child import make_contender
+
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 500
 #: How long a child lets librdkafka fetch before its first attempt, and the most it waits in all.
@@ -107,24 +109,6 @@ def added(values: dict[str, list[float]], kind: str, base: str = "raw") -> Figur
 
 
 # -- the child ------------------------------------------------------------------------------------
-def _make(kind: str, conf: dict[str, object]) -> object:
-    from confluent_kafka import Consumer
-
-    if kind == "raw":
-        return Consumer(conf)
-    from safeconsumer import SafeConsumer
-
-    if kind == "safe":
-        return SafeConsumer(conf)
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.trace import TracerProvider
-
-    return SafeConsumer(
-        conf, meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]), tracer_provider=TracerProvider()
-    )
-
-
 def _child(kind: str, bootstrap: str, topic: str, records: int, passes: int) -> None:
     results = [_pass(kind, bootstrap, topic, records) for _ in range(passes)]
     fastest = min(results)
@@ -147,15 +131,15 @@ def _pass(kind: str, bootstrap: str, topic: str, records: int) -> tuple[float, f
     }
     waited = FIRST_WAIT
     while True:
-        c = _make(kind, conf)
-        meta = c.list_topics(topic, timeout=10).topics[topic]  # type: ignore[attr-defined]
-        c.assign([TopicPartition(topic, p, 0) for p in sorted(meta.partitions)])  # type: ignore[attr-defined]
+        c = make_contender(kind, conf)  # the same contenders as the peak-RSS children
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        c.assign([TopicPartition(topic, p, 0) for p in sorted(meta.partitions)])
         time.sleep(waited)  # librdkafka fetches meanwhile; whether it was enough is checked below
         gc.collect()
         walls: list[float] = []
         cpus: list[float] = []
         got, short = 0, False
-        consume = c.consume  # type: ignore[attr-defined]
+        consume = c.consume
         clock, thread_clock = time.perf_counter_ns, time.thread_time_ns
         while got < records:
             w0, c0 = clock(), thread_clock()
@@ -169,7 +153,7 @@ def _pass(kind: str, bootstrap: str, topic: str, records: int) -> tuple[float, f
             elif got < records:
                 short = True
                 break
-        c.close()  # type: ignore[attr-defined]
+        c.close()
         if not short:
             return statistics.median(walls), statistics.median(cpus)
         if waited >= MOST_WAIT:

@@ -55,13 +55,17 @@ def _bound(line: dict[str, Any]) -> str:
     return f"{sign} {line['bound']:g} {line['unit'].strip()}".rstrip()
 
 
-def section(result: dict[str, Any], source: str) -> str:
-    m, v = result["machine"], result["versions"]
-    rows = [
+def rows(lines: list[dict[str, Any]]) -> list[str]:
+    """The budget table's rows (``make bench`` prints the same ones)."""
+    return [
         f"| {line['what']} | {_figure(line)} | {_bound(line)} | "
         f"{'' if line['bound'] is None else ('✓' if line['holds'] else '✗')} |"
-        for line in result["lines"]
+        for line in lines
     ]
+
+
+def section(result: dict[str, Any], source: str) -> str:
+    m, v = result["machine"], result["versions"]
     held = all(line["holds"] for line in result["lines"])
     return "\n".join(
         [
@@ -75,7 +79,7 @@ def section(result: dict[str, Any], source: str) -> str:
             "",
             "| what | median (spread over rounds) | budget | |",
             "|---|---:|---:|:-:|",
-            *rows,
+            *rows(result["lines"]),
             "",
             "![What consume(500) adds per record to raw's, median and spread, against its budget]"
             "(img/bench-per-record.svg)",

@@ -41,11 +41,14 @@ CHILD_TIMEOUT = 600.0
 TRACE_POINTS = 300
 
 
-def trace(kind: str, bootstrap: str, topic: str, records: int, mode: str = "consume") -> dict[str, Any]:
+def trace(
+    kind: str, bootstrap: str, topic: str, records: int, mode: str = "consume", *, stats: bool = False
+) -> dict[str, Any]:
     """One child's read of ``records`` records (see :func:`child`): its peak, and its RSS trace."""
     from safeconsumer.testing import unique_name
 
     cmd = [sys.executable, "-m", "benchmarks.rss_trace", "--mode", mode]
+    cmd += ["--stats"] if stats else []
     cmd += ["--child", kind, bootstrap, topic, unique_name("rsstrace"), str(records)]
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True, timeout=CHILD_TIMEOUT, check=False)
     if proc.returncode != 0:
@@ -152,7 +155,7 @@ def main() -> None:
         kind, bootstrap, topic, group, records = args.child
         child(kind, bootstrap, topic, group, int(records), mode=args.mode, stats=args.stats)
         return
-    from safeconsumer.testing import KafkaTestKit, start_broker, unique_name
+    from safeconsumer.testing import KafkaTestKit, start_broker
 
     from .throughput import _compile_library
 
@@ -166,15 +169,7 @@ def main() -> None:
         peaks: dict[str, list[float]] = {kind: [] for kind in kinds}
         for r in range(args.rounds):
             for kind in kinds if r % 2 == 0 else kinds[::-1]:
-                cmd = [sys.executable, "-m", "benchmarks.rss_trace", "--mode", args.mode]
-                cmd += ["--stats"] if args.stats else []
-                cmd += ["--child", kind, broker.bootstrap_servers, topic, unique_name("rsstrace"), str(records)]
-                proc = subprocess.run(
-                    cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True, timeout=CHILD_TIMEOUT, check=False
-                )
-                if proc.returncode != 0:
-                    raise RuntimeError(f"{kind} child exited {proc.returncode}")
-                seen = json.loads(proc.stdout.strip().splitlines()[-1])
+                seen = trace(kind, broker.bootstrap_servers, topic, records, args.mode, stats=args.stats)
                 peaks[kind].append(seen["peak"])
                 queued = "" if seen["queued_most"] is None else f"  fetch queue at most {seen['queued_most']:6.1f} MiB"
                 print(

@@ -210,7 +210,7 @@ class RawClient:
         if errors:
             absorbed = [msg for msg in batch if (err := msg.error()) is not None and self._error_event(msg, err)]
             if absorbed:
-                batch = [msg for msg in batch if not any(msg is a for a in absorbed)]
+                batch = [msg for msg in batch if msg not in absorbed]
                 errors = any(map(_error, batch))
         return batch, errors
 
