@@ -186,13 +186,67 @@ def is_refused_conversion(error: KafkaError | None) -> bool:
     )
 
 
+def is_failed_conversion(error: KafkaError | None) -> bool:
+    """librdkafka's fatal error for a consumer-protocol heartbeat answered UNKNOWN_SERVER_ERROR. At
+    a member's first heartbeat that is the broker failing to convert a classic group whose first
+    rebalance has not completed (Kafka 4.3.1: ``ConsumerGroup.fromClassicGroup`` reads a protocol
+    the group does not have yet); pinned in ``tests/integration/test_protocol_migration.py``."""
+    if error is None:
+        return False
+    text = error.str()
+    return (
+        error.code() in (KafkaError._FATAL, KafkaError.UNKNOWN)
+        and "ConsumerGroupHeartbeat" in text
+        and "Unknown broker error" in text
+    )
+
+
+def _migration_error(
+    error: KafkaError, group_id: str, migration_reason: str | None, *, first_join: bool
+) -> GroupMigrationError | None:
+    """The fatal error of a consumer-protocol member's join the broker did not convert, or None."""
+    if is_refused_conversion(error):
+        likely = (
+            f"Here: {migration_reason}."
+            if migration_reason
+            else "Kafka refuses when online upgrade is disabled (group.consumer.migration.policy), when the group "
+            "is not a consumer group, when it has more members than group.consumer.max.size, and when a "
+            "member's assignment carries assignor data (librdkafka's cooperative-sticky, KAFKA-18134)."
+        )
+        return GroupMigrationError(
+            f"group {group_id!r} refused this group.protocol=consumer member: the broker did not convert the "
+            f"classic group to a consumer group (GROUP_ID_NOT_FOUND at its first heartbeat, fatal in "
+            f"librdkafka); the consumer closed. {likely} {MIGRATION_REMEDY}",
+            kafka_error=error,
+            group_id=group_id,
+        )
+    if first_join and is_failed_conversion(error):
+        return GroupMigrationError(
+            f"group {group_id!r} could not take this group.protocol=consumer member: the broker failed to "
+            "convert the classic group to a consumer group (UNKNOWN_SERVER_ERROR at its first heartbeat, fatal "
+            "in librdkafka); the consumer closed. Kafka 4.3 fails so while a classic group's first rebalance "
+            "is under way (a classic member has just joined the empty group; it lasts "
+            f"group.initial.rebalance.delay.ms). {MIGRATION_REMEDY}",
+            kafka_error=error,
+            group_id=group_id,
+        )
+    return None
+
+
 def classify(
-    error: KafkaError, group_id: str, instance_id: str | None = None, migration_reason: str | None = None
+    error: KafkaError,
+    group_id: str,
+    instance_id: str | None = None,
+    migration_reason: str | None = None,
+    *,
+    first_join: bool = False,
 ) -> FatalConsumerError | None:
     """The one translation of a librdkafka error event: the fatal error it means, or None.
 
     ``instance_id``: this member's ``group.instance.id``, if it is static. ``migration_reason``:
     why this member's join waited for its classic group to become convertible, if it did.
+    ``first_join``: the member is joining and no partition came yet (a consumer-protocol member's
+    first heartbeat is the one that converts a classic group).
     """
     if is_group_max_size(error):
         static = (
@@ -210,21 +264,9 @@ def classify(
             kafka_error=error,
             group_id=group_id,
         )
-    if is_refused_conversion(error):
-        likely = (
-            f"Here: {migration_reason}."
-            if migration_reason
-            else "Kafka refuses when online upgrade is disabled (group.consumer.migration.policy), when the group "
-            "is not a consumer group, when it has more members than group.consumer.max.size, and when a "
-            "member's assignment carries assignor data (librdkafka's cooperative-sticky, KAFKA-18134)."
-        )
-        return GroupMigrationError(
-            f"group {group_id!r} refused this group.protocol=consumer member: the broker did not convert the "
-            f"classic group to a consumer group (GROUP_ID_NOT_FOUND at its first heartbeat, fatal in "
-            f"librdkafka); the consumer closed. {likely} {MIGRATION_REMEDY}",
-            kafka_error=error,
-            group_id=group_id,
-        )
+    migration = _migration_error(error, group_id, migration_reason, first_join=first_join)
+    if migration is not None:
+        return migration
     if error.code() == KafkaError.FENCED_INSTANCE_ID:
         # librdkafka raises a fatal error for it too, but reports the commit (or heartbeat)
         # that met it with this code first.

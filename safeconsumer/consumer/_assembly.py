@@ -260,6 +260,7 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
     client.on_failed_offset_fetch = rebalancer.failed_offset_fetch
     if joining is not None:
         client.on_refused_join = rebalancer.refused_join
+        client.first_join = rebalancer.first_join
     reader = Reader(client, table, gate, rebalancer, stall, real_call_every=min(1.0, max_poll_s / 10))
     offsets = Offsets(
         life=life, client=client, table=table, gate=gate, rebalancer=rebalancer, commit_retry=settings.commit_retry

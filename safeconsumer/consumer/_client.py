@@ -96,12 +96,14 @@ class RawClient:
         #: Why this member's first join waited for its group to become convertible (see
         #: _migration), if it did: told to the error a refused conversion becomes.
         self.migration_reason: Callable[[], str | None] = lambda: None
+        #: Whether this member is joining and no partition came yet (see ``_errors.classify``).
+        self.first_join: Callable[[], bool] = lambda: False
         self._on_fatal = on_fatal
         #: The config librdkafka was created with (:meth:`renew` creates it again with it).
         self.config: Mapping[str, Any] = {}
         #: Asked when the broker refused to convert the group at this member's first heartbeat:
         #: True when the member waits to join again (the client made anew) instead of failing.
-        self.on_refused_join: Callable[[], bool] | None = None
+        self.on_refused_join: Callable[[KafkaError], bool] | None = None
         #: Told the code of every error librdkafka reports (the rebalance explainer's evidence).
         self.on_error: Callable[[int], None] | None = None
         #: Told of every error event saying librdkafka gave up fetching committed offsets.
@@ -127,10 +129,10 @@ class RawClient:
         again (``on_refused_join``) is absorbed: True, and the event does not reach the application."""
         if self.on_error is not None:
             self.on_error(error.code())
-        fatal = classify(error, self._group_id, self.instance_id, self.migration_reason())
+        fatal = classify(error, self._group_id, self.instance_id, self.migration_reason(), first_join=self.first_join())
         if fatal is not None:
             refused = absorb and isinstance(fatal, GroupMigrationError) and self.on_refused_join is not None
-            if refused and self.on_refused_join is not None and self.on_refused_join():
+            if refused and self.on_refused_join is not None and self.on_refused_join(error):
                 return True
             self._on_fatal(fatal, error)
         return False

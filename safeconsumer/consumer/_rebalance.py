@@ -34,9 +34,9 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from .._errors import FatalConsumerError, InvalidPauseRequest, PauseStateError
+from .._errors import FatalConsumerError, InvalidPauseRequest, PauseStateError, is_failed_conversion
 from .._keys import Key, RebalanceCallback
 from ..health._explainer import RebalanceExplainer
 from ._client import RawClient, group_generation, tps
@@ -188,19 +188,23 @@ class Rebalancer:
         if joining is not None and joining.ready(now) and self.subscription is not None and not self._closing():
             self._subscribe(self.subscription)
 
-    def refused_join(self) -> bool:
-        """Called by the client (lock held) when the broker refused to convert the group at this
-        member's first heartbeat (fatal in librdkafka). True when the member waits again instead
-        of failing: its join gate let it through because the group could be converted, the group
-        changed before the heartbeat came (a mixed group turns classic again when its last
-        consumer-protocol member leaves), no partition came since, and ``migration_timeout`` has
+    def first_join(self) -> bool:
+        """Whether librdkafka has this member's subscription and no partition came since."""
+        return self._joined and not self._assigned_since_join
+
+    def refused_join(self, error: KafkaError) -> bool:
+        """Called by the client (lock held) when the broker refused, or failed, to convert the group
+        at this member's first heartbeat (fatal in librdkafka). True when the member waits again
+        instead of failing: its join gate let it through because the group could be converted, the
+        group changed before the heartbeat came (a mixed group turns classic again when its last
+        consumer-protocol member leaves; a classic member joins an empty group, whose first
+        rebalance Kafka 4.3 cannot convert), no partition came since, and ``migration_timeout`` has
         not run out. The client is then made anew (:meth:`._client.RawClient.renew`) and the
         subscription waits in the gate again."""
         joining = self.joining
         if (
             joining is None
-            or not self._joined
-            or self._assigned_since_join
+            or not self.first_join()
             or self.subscription is None
             or self._closing()
             or not joining.may_wait_again(time.monotonic())
@@ -213,12 +217,21 @@ class Rebalancer:
             return False
         self._joined = False
         joining.hold(again=True)
-        logger.warning(
-            "group %r refused this consumer-protocol member's first heartbeat: it turned into a classic group "
-            "the broker does not convert between the member's look at it and its join; the client was made anew "
-            "and waits for the group to become convertible again",
-            self._client.group_id,
-        )
+        if is_failed_conversion(error):
+            logger.warning(
+                "group %r failed to convert at this consumer-protocol member's first heartbeat (UNKNOWN_SERVER_ERROR): "
+                "a classic member joined it between the member's look at it and its join, and Kafka cannot convert "
+                "a classic group in its first rebalance; the client was made anew and waits for the group to become "
+                "convertible",
+                self._client.group_id,
+            )
+        else:
+            logger.warning(
+                "group %r refused this consumer-protocol member's first heartbeat: it turned into a classic group "
+                "the broker does not convert between the member's look at it and its join; the client was made "
+                "anew and waits for the group to become convertible again",
+                self._client.group_id,
+            )
         return True
 
     def stop_joining(self) -> None:

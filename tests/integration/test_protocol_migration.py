@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from safeconsumer import FatalConsumerError, GroupMigrationError, SafeConsumer
 from safeconsumer.health._explainer import GroupDescriber, GroupView
-from safeconsumer.testing import KafkaTestKit, wait_until
+from safeconsumer.testing import Broker, KafkaTestKit, wait_until
 
 from ..support import Received, checked_poll, checked_pump, keys
 
@@ -272,6 +272,104 @@ def test_safe_member_refused_after_a_stale_look_waits_again_instead_of_dying(
     assert kafka.describe_group(group).type == "CONSUMER"
     assert got.errors == []
     joiner.close()
+
+
+#: Kafka's default (the test brokers set 0): a classic group's first rebalance after it was empty
+#: waits this long for more members, in PreparingRebalance at generation 0.
+INITIAL_DELAY = {"group.initial.rebalance.delay.ms": "3000"}
+
+
+def _classic_first_rebalance(kafka: KafkaTestKit, topic: str, group: str) -> Consumer:
+    """A raw classic ``range`` member whose first join is under way: the group is classic and
+    PreparingRebalance at generation 0 (no protocol chosen yet) for the broker's initial delay."""
+    first = Consumer(_conf(kafka, group, "range"))
+    first.subscribe([topic])
+    _polled_until(
+        [first], lambda: kafka.describe_group(group).state == "PREPARING_REBALANCING", what="the first rebalance"
+    )
+    return first
+
+
+def test_raw_consumer_protocol_member_dies_joining_a_classic_group_in_its_first_rebalance(
+    kafka_broker_factory: Callable[..., Broker],
+) -> None:
+    """Kafka 4.3.1 cannot convert a classic group whose first rebalance has not completed: the
+    conversion reads the group's protocol, which it does not have yet (NoSuchElementException in
+    ``ConsumerGroup.fromClassicGroup``), and answers the heartbeat UNKNOWN_SERVER_ERROR, which
+    librdkafka makes fatal. Seen in the mixed soak: a classic member had just joined the empty group
+    between the consumer-protocol member's look at it and its first heartbeat."""
+    broker = kafka_broker_factory(INITIAL_DELAY)
+    kafka = KafkaTestKit(broker.bootstrap_servers, prefix="first-rebalance")
+    try:
+        topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
+        first = _classic_first_rebalance(kafka, topic, group)
+        joiner = Consumer(_conf(kafka, group, "consumer"))
+        joiner.subscribe([topic])
+        error = _fatal_event(joiner, [first], timeout=20)
+        assert error is not None, "the broker converted a classic group in its first rebalance"
+        assert "ConsumerGroupHeartbeat fatal error: Unknown broker error" in error.str()
+        assert broker.log_path is not None
+        wait_until(
+            lambda: "ConsumerGroup.fromClassicGroup" in broker.log_path.read_text(errors="replace"),  # type: ignore[union-attr]
+            timeout=10,
+            what="the broker's stack trace of the failed conversion",
+        )
+        # The classic member's rebalance completes; the group stays classic.
+        _polled_until([first], lambda: len(first.assignment()) == PARTITIONS, what="the classic member's assignment")
+        assert kafka.describe_group(group).type == "CLASSIC"
+        joiner.close()
+        first.close()
+    finally:
+        kafka.close()
+
+
+def test_safe_member_whose_conversion_failed_in_a_first_rebalance_waits_again(
+    kafka_broker_factory: Callable[..., Broker], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The soak's case: the join gate saw the group empty, a classic member joined it before the
+    first heartbeat, and the broker failed the conversion (pinned above). The SafeConsumer is made
+    anew, waits, and joins once the classic member left; the application sees no error."""
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    kafka = KafkaTestKit(kafka_broker_factory(INITIAL_DELAY).bootstrap_servers, prefix="first-rebalance")
+    try:
+        topic, group = kafka.create_topic(partitions=PARTITIONS), kafka.name("g")
+        first = _classic_first_rebalance(kafka, topic, group)
+        looks: list[str] = []
+        real_listed = GroupDescriber.listed
+
+        def stale_first_look(self: GroupDescriber, timeout: float) -> GroupView | None:
+            view = real_listed(self, timeout)
+            if not looks and view is not None:
+                view = GroupView("EMPTY", {}, kind="CLASSIC")  # what the group was a moment ago
+            looks.append(view.state if view is not None else "")
+            return view
+
+        monkeypatch.setattr(GroupDescriber, "listed", stale_first_look)
+        joiner = SafeConsumer(_conf(kafka, group, "consumer"), migration_timeout=None)
+        joiner.subscribe([topic])
+        got = Received()
+
+        def step() -> None:
+            first.poll(0.02)
+            got.add(joiner.poll(0.1))
+
+        def failed_and_waiting() -> bool:
+            return any("failed to convert" in r.getMessage() for r in caplog.records)
+
+        wait_until(failed_and_waiting, timeout=30, what="the failed conversion absorbed", step=step)
+        assert looks[0] == "EMPTY"
+        wait_until(lambda: len(looks) >= 2, timeout=10, what="the gate's next look", step=step)
+        assert got.errors == [] and got.records == []
+        assert not joiner.assignment()
+        _polled_until([first], lambda: len(first.assignment()) == PARTITIONS, what="the classic member's assignment")
+        first.close()
+        kafka.produce(topic, 20, partitions=PARTITIONS)
+        checked_pump([(joiner, got)], lambda: len(got.records) == 20, timeout=60, what="the joiner read the backlog")
+        assert kafka.describe_group(group).type == "CONSUMER"
+        assert got.errors == []
+        joiner.close()
+    finally:
+        kafka.close()
 
 
 def test_safe_member_refused_after_migration_timeout_raises_group_migration_error(kafka: KafkaTestKit) -> None:

@@ -29,12 +29,10 @@ def cluster() -> Iterator[Cluster]:
         yield c
 
 
-@pytest.mark.parametrize("protocol", [m for m in MODES if m != "mixed"])
+@pytest.mark.parametrize("protocol", MODES)
 def test_short_soak_loses_nothing_and_keeps_every_invariant(cluster: Cluster, protocol: Mode) -> None:
-    """Under each protocol. The ``mixed`` mode (``make soak``) is not part of it yet: its 180 s runs
-    held twice, but a 30 s run with broker faults lost a consumer-protocol member to another fatal
-    heartbeat error ("ConsumerGroupHeartbeat fatal error: Unknown broker error", during a fault
-    while the group converted), which is not understood yet."""
+    """Under each protocol, and ``mixed``: members alternate between classic cooperative-sticky and
+    the consumer protocol as they start, so the group converts back and forth."""
     kit = KafkaTestKit(cluster.bootstrap_servers, prefix=f"soak-{protocol}")
     try:
         figures = run_soak(

@@ -9,7 +9,7 @@ from typing import NoReturn
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from safeconsumer import FatalConsumerError, GroupMaxSizeReachedError
+from safeconsumer import FatalConsumerError, GroupMaxSizeReachedError, GroupMigrationError
 from safeconsumer._errors import classify
 from safeconsumer.consumer._client import RawClient
 
@@ -23,6 +23,20 @@ def test_classify_knows_each_fatal_kind() -> None:
     assert type(classify(KafkaError(KafkaError._FATAL, "Local: Fatal error"), "g")) is FatalConsumerError
     assert classify(KafkaError(KafkaError._PARTITION_EOF), "g") is None
     assert classify(KafkaError(KafkaError.REBALANCE_IN_PROGRESS), "g") is None
+
+
+def test_an_unknown_broker_error_at_a_first_heartbeat_is_a_failed_conversion() -> None:
+    """As librdkafka words it (the broker's UNKNOWN_SERVER_ERROR on a ConsumerGroupHeartbeat): a
+    failed conversion while the member joins, a plain fatal error once it had partitions."""
+    text = "Fatal error: Unknown broker error: ConsumerGroupHeartbeat fatal error: Unknown broker error"
+    error = KafkaError(KafkaError._FATAL, text)
+    failed = classify(error, "g", first_join=True)
+    assert isinstance(failed, GroupMigrationError)
+    assert "first rebalance" in str(failed) and "group.initial.rebalance.delay.ms" in str(failed)
+    later = classify(error, "g")
+    assert type(later) is FatalConsumerError and "Unknown broker error" in str(later)
+    other = KafkaError(KafkaError._FATAL, "Fatal error: Unknown broker error: OffsetCommit failed")
+    assert type(classify(other, "g", first_join=True)) is FatalConsumerError
 
 
 class _Stopped(Exception):
