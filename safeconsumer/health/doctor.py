@@ -47,7 +47,6 @@ import concurrent.futures
 import contextlib
 import itertools
 import json
-import logging
 import math
 import re
 import sys
@@ -68,7 +67,7 @@ from .._errors import is_auth_failure
 from . import dead_letters
 from ._cli import add_config_option
 from ._describe_process import enum_name
-from ._explainer import admin_config, describe_group
+from ._explainer import HELPER_LOG, admin_config, describe_group
 from ._findings import Finding
 from ._memory import FetchEstimate, FetchLimits, estimate, mib
 from ._migrate_check import (
@@ -153,15 +152,6 @@ class Report:
         return {"schema": SCHEMA, **out, "healthy": self.healthy}
 
 
-def _quiet_logger() -> logging.Logger:
-    """librdkafka's own log lines (connection refused, ...) go nowhere: the doctor reports."""
-    log = logging.getLogger("safeconsumer.health.doctor.librdkafka")
-    log.propagate = False
-    if not log.handlers:
-        log.addHandler(logging.NullHandler())
-    return log
-
-
 def _name(value: Any) -> str:
     return enum_name(value).lower()
 
@@ -193,7 +183,7 @@ def diagnose(
     conf: dict[str, Any] = {
         **(admin_config(config or {}, "doctor") if connection is None else connection),
         "bootstrap.servers": bootstrap_servers,
-        "logger": _quiet_logger(),
+        "logger": HELPER_LOG,  # librdkafka's own lines (connection refused, ...): logging, never stderr
         "error_cb": lambda err: refused.append(err) if is_auth_failure(err) else None,
     }
     try:

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 from ._container import ContainerBroker, container_image, docker_engine, docker_engine_available
 from ._errors import BrokerOverridesUnsupported, BrokerRestartUnsupported, BrokerStartError
-from ._kit import retry_until
+from ._kit import kit_client, retry_until
 from ._local import KAFKA_VERSION, LocalBroker
 from ._secure import DEFAULT_USER, SaslSsl
 
@@ -96,7 +96,8 @@ def wait_ready(bootstrap_servers: str, *, timeout: float) -> None:
     backoff, a deadline); raise :class:`BrokerStartError` naming it if it never does."""
 
     def answer() -> bool:
-        admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.connection.setup.timeout.ms": 5000})
+        conf = {"bootstrap.servers": bootstrap_servers, "socket.connection.setup.timeout.ms": 5000}
+        admin = AdminClient(kit_client(conf))
         return bool(admin.list_topics(timeout=5).brokers)
 
     if not retry_until(

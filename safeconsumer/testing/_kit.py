@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
@@ -25,6 +26,15 @@ from ..health._describe_process import enum_name
 from ..health._explainer import describe_group
 
 T = TypeVar("T")
+
+#: The test kit's own clients (admin, producer, probes) log librdkafka's lines here, never to stderr.
+KIT_LOG = logging.getLogger("safeconsumer.testing.librdkafka")
+
+
+def kit_client(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` for one of the kit's own clients: librdkafka's lines go to :data:`KIT_LOG`."""
+    return {**conf, "logger": KIT_LOG}
+
 
 Protocol = Literal["range", "cooperative-sticky", "consumer"]
 
@@ -187,13 +197,13 @@ class KafkaTestKit:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient(dict(self.client_config))
+            self._admin = AdminClient(kit_client(self.client_config))
         return self._admin
 
     @property
     def producer(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer({**self.client_config, "linger.ms": 5})
+            self._producer = Producer(kit_client({**self.client_config, "linger.ms": 5}))
         return self._producer
 
     def _retrying(self, timeout: float) -> Retrying:
@@ -297,7 +307,7 @@ class KafkaTestKit:
         meta = self.admin.list_topics(topic, timeout=10).topics[topic]
         from confluent_kafka import Consumer
 
-        probe = Consumer({**self.client_config, "group.id": unique_name("probe")})
+        probe = Consumer(kit_client({**self.client_config, "group.id": unique_name("probe")}))
         try:
             return {
                 p: self._retrying(timeout)(probe.get_watermark_offsets, TopicPartition(topic, p), timeout=10)[1]

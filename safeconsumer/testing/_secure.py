@@ -28,7 +28,7 @@ from confluent_kafka.admin._scram import (
 )
 
 from ._errors import BrokerStartError
-from ._kit import retry_until
+from ._kit import kit_client, retry_until
 
 #: The SASL mechanism of the secured listener.
 MECHANISM = "SCRAM-SHA-512"
@@ -144,7 +144,7 @@ class SaslSsl:
         }
 
     def _admin(self) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.admin_bootstrap_servers})
+        return AdminClient(kit_client({"bootstrap.servers": self.admin_bootstrap_servers}))
 
     def set_user(self, username: str, password: str, *, timeout: float = 30.0) -> None:
         """Create ``username`` (or change its password); return once the secured listener accepts it."""
@@ -157,7 +157,7 @@ class SaslSsl:
         conf = {**self.client_config(username=username, password=password), "socket.connection.setup.timeout.ms": 5000}
 
         def accepted() -> bool:
-            return bool(AdminClient(conf).list_topics(timeout=5).brokers)
+            return bool(AdminClient(kit_client(conf)).list_topics(timeout=5).brokers)
 
         if not retry_until(
             accepted, timeout=timeout, retry_on=lambda exc: isinstance(exc, KafkaException), first=0.1, cap=1.0

@@ -15,8 +15,9 @@ from confluent_kafka.admin import AdminClient
 from safeconsumer import DeadLetter
 from safeconsumer.health._explainer import admin_config
 from safeconsumer.health.dead_letters import CannotRead, DeadRecord, read_dead_letters, replay
+from safeconsumer.health.doctor import CannotConnect, diagnose
 from safeconsumer.poison._policy import DeadLetterWriter
-from safeconsumer.testing import wait_until
+from safeconsumer.testing import KafkaTestKit, wait_until
 
 NOWHERE = {"bootstrap.servers": "127.0.0.1:1", "reconnect.backoff.ms": 10}
 
@@ -83,3 +84,26 @@ def test_the_dead_letters_command_s_clients_log_through_logging(
         replay(NOWHERE, [(view, record)], timeout=0.5)
     _no_stderr_and_logged(capfd, caplog)
     assert not any("still in queue or transit" in r.getMessage() for r in caplog.records)
+
+
+def test_the_doctor_logs_through_logging(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """A cluster the doctor cannot reach: it raises CannotConnect and librdkafka's lines about the
+    refused connections are log records, not stderr."""
+    caplog.set_level(logging.DEBUG, logger="safeconsumer.librdkafka")
+    with pytest.raises(CannotConnect):
+        diagnose(str(NOWHERE["bootstrap.servers"]), "g", connection=dict(NOWHERE), timeout=1.0)
+    _no_stderr_and_logged(capfd, caplog)
+
+
+def test_the_test_kit_logs_through_logging(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="safeconsumer.testing.librdkafka")
+    kit = KafkaTestKit(str(NOWHERE["bootstrap.servers"]))
+    with pytest.raises(KafkaException):
+        kit.admin.list_topics(timeout=0.5)
+    kit.admin.poll(0.1)
+    wait_until(
+        lambda: any(r.name == "safeconsumer.testing.librdkafka" for r in caplog.records),
+        timeout=5,
+        what="a librdkafka line logged",
+    )
+    assert capfd.readouterr().err == ""
