@@ -1,4 +1,5 @@
-"""safeconsumer: a drop-in ``confluent_kafka.Consumer`` that stays correct across rebalances."""
+"""safeconsumer: a drop-in ``confluent_kafka.Consumer`` that stays correct across rebalances, and a
+``ShareConsumer`` for share groups that says what the raw one leaves silent."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from .consumer._facade import SafeConsumer, delivery_stats
 from .consumer._pause import PauseState
 from .consumer._retry import CommitRetry
 from .poison._policy import DeadLetter, DeadLetterError, PoisonLimitError, Skip
+from .share import LockExpiredError, SafeShareConsumer
 
 __all__ = [
     "AuthenticationFailedError",
@@ -38,12 +40,14 @@ __all__ = [
     "GroupMaxSizeReachedError",
     "GroupMigrationError",
     "InvalidPauseRequest",
+    "LockExpiredError",
     "PauseState",
     "PauseStateError",
     "PoisonLimitError",
     "SafeConsumer",
     "SafeConsumerError",
     "SafeDeserializingConsumer",
+    "SafeShareConsumer",
     "Skip",
     "__version__",
     "delivery_stats",

@@ -27,6 +27,13 @@ BROKER_SETTINGS: Mapping[str, str] = {
     "group.consumer.session.timeout.ms": "6000",
     "group.consumer.min.heartbeat.interval.ms": "100",
     "group.consumer.heartbeat.interval.ms": "500",
+    # Share groups: short acquisition locks and sessions may be set per group by tests (the
+    # broker's minimums are 15 s each otherwise); members heartbeat often, as consumer groups do.
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.min.session.timeout.ms": "1000",
+    "group.share.session.timeout.ms": "6000",
+    "group.share.min.heartbeat.interval.ms": "100",
+    "group.share.heartbeat.interval.ms": "500",
     "log.cleaner.dedupe.buffer.size": "2097152",
     "num.network.threads": "1",
     "num.io.threads": "1",
