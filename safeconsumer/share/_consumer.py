@@ -1,44 +1,81 @@
-"""``SafeShareConsumer``: confluent-kafka's ``ShareConsumer`` (KIP-932) with a known start and lock overruns
-that are reported instead of passed off as success.
+"""``SafeShareConsumer``: confluent-kafka's ``ShareConsumer`` (KIP-932) made safe (SPEC "Share groups").
 
-What this first part does (SPEC "Share groups"):
+- **S2 processed before acknowledged.** librdkafka always runs in explicit acknowledgement mode
+  underneath; implicit mode is the consumer's own: the records of a batch are accepted when the
+  application comes back (its next ``poll()``, ``commit_sync()``, ``commit_async()``), as upstream's
+  implicit mode does, and the ones it never came back after are released at once: at ``close()``, and
+  a record whose ``handle()`` raised.
+- **S3 lock-aware long work.** The consumer reads the group's lock duration
+  (``share.record.lock.duration.ms``) at subscribe and every :data:`REFRESH_EVERY` seconds. Records
+  the application has not reached (the batch's iterator did not hand them out yet, ``handle()`` did
+  not run on them) are released once the batch has held its locks for :data:`RELEASE_AT` of the
+  lock: when the iterator asks for the next record, when ``handle()`` starts one, and from the
+  ``keepalive()`` block's timer. A record acknowledged after its lock ran out is one WARNING per
+  batch, counted in ``lock_overruns``, and ``commit_sync()`` answers :class:`LockExpiredError` for its
+  partition where upstream answers success.
+- **S4 never archived without a trace.** ``poison=Skip()`` rejects a record whose ``handle()`` failed
+  (a WARNING, counted); ``poison=DeadLetter(...)`` writes it to the dead-letter topic and only then
+  rejects it. A record handed out on its last delivery (its delivery count reached the group's
+  ``share.delivery.count.limit``) is written to the dead-letter topic before the application sees it
+  (stage ``last-delivery``: it may also be processed), so that a process that dies on it, or overruns
+  its lock, leaves a copy the broker's archive does not.
+- **S5 a known start.** ``start="earliest"``/``"latest"`` sets a new group's ``share.auto.offset.reset``.
+- **S6 pause.** ``pause_topics()``/``resume_topics()`` (names, ``^regex``, ``re.Pattern``) and
+  ``pause()``/``resume()`` for the whole consumer. A paused topic leaves the subscription librdkafka
+  has (the member acquires nothing of it, so pausing never counts a delivery), and the records of it
+  already handed out and not reached are released at once; ``subscription()`` still answers what
+  the application subscribed to. While every subscribed topic is paused, ``poll()`` waits its timeout
+  (at most :data:`PAUSED_POLL` seconds when it is infinite) and returns an empty batch.
 
-- **S5 a known start**: ``start="earliest"``/``"latest"`` sets a new share group's
-  ``share.auto.offset.reset`` before its first member subscribes (a group the cluster already lists
-  is never changed: a WARNING says the option was not applied); a new group that starts at latest
-  while its topics hold records logs one WARNING naming the group, the topic and how many records
-  it starts past.
-- **S3 lock overruns**: the consumer reads the group's lock duration (``share.record.lock.duration.ms``)
-  at subscribe and again every :data:`REFRESH_EVERY` seconds. A record acknowledged (explicitly, or
-  implicitly by the next ``poll()``/``commit_*()``) after its acquisition lock ran out may have been
-  handed to a peer meanwhile: one WARNING per batch names the records, and ``commit_sync()`` answers
-  :class:`LockExpiredError` for their partitions where upstream answers ``None`` (success).
-
-Everything else is upstream's, unchanged: the same methods, arguments, return types and errors.
+Everything else is upstream's: the same methods, arguments, return types and errors (an implicit
+mode call upstream refuses is refused with upstream's own exception, asked of an implicit-mode
+``ShareConsumer`` that never connects anywhere).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
+import sys
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, Message, ShareConsumer, TopicPartition
+from confluent_kafka import (
+    AcknowledgeType,
+    KafkaError,
+    KafkaException,
+    Message,
+    ShareConsumer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
-from .._errors import SafeConsumerError
-from ..health._explainer import admin_config
+from .._errors import FatalConsumerError, SafeConsumerError, consumer_closed
+from ..consumer._pause import parse_topic_entries
+from ..health._explainer import HELPER_LOG, admin_config
+from ..poison._policy import DeadLetter, DeadLetterWriter, PoisonHandler, check_policy
+from ._batch import Batch, RecordKey, SafeMessages, key_of
 from ._group import STARTS, GroupSettings, Start, group_exists, read_settings, records_held, set_start
+from ._telemetry import ShareTelemetry
 
 logger = logging.getLogger("safeconsumer")
+
+_T = TypeVar("_T")
 
 #: Seconds between two reads of the group's settings while the consumer polls.
 REFRESH_EVERY = 60.0
 
-#: Upstream's config key for the acknowledgement mode, and its default.
+#: The share of the group's lock after which records the application has not reached are given back.
+RELEASE_AT = 0.75
+
+#: The longest a ``poll()`` waits while every subscribed topic is paused (seconds).
+PAUSED_POLL = 1.0
+
+#: Upstream's config key for the acknowledgement mode.
 MODE_KEY = "share.acknowledgement.mode"
 
 PartitionKey = tuple[str, int]
@@ -47,25 +84,12 @@ PartitionKey = tuple[str, int]
 class LockExpiredError(SafeConsumerError, KafkaException):
     """``commit_sync()``'s answer for a partition some of whose records were acknowledged after
     their acquisition lock ran out: the broker may have handed them to another member meanwhile, so
-    the acknowledgement may not be what the broker kept (upstream answers ``None``, success)."""
+    the acknowledgement may not be what the broker kept (upstream answers ``None``, success, when a
+    peer took them)."""
 
 
-@dataclass
-class _Batch:
-    """The records one ``poll()`` handed to the application, not yet acknowledged."""
-
-    at: float
-    #: (topic, partition) -> offsets handed out and not acknowledged yet.
-    open: dict[PartitionKey, set[int]] = field(default_factory=dict)
-
-    def take(self, key: PartitionKey, offset: int) -> bool:
-        offsets = self.open.get(key)
-        if offsets is None or offset not in offsets:
-            return False
-        offsets.discard(offset)
-        if not offsets:
-            del self.open[key]
-        return True
+class LastDelivery(Exception):
+    """Why a record on its last delivery is in the dead-letter topic (its ``exception.class`` header)."""
 
 
 def _start(value: object) -> Start | None:
@@ -76,33 +100,101 @@ def _start(value: object) -> Start | None:
     return value
 
 
+_oracle: list[ShareConsumer] = []
+_oracle_lock = threading.Lock()
+
+
+def _implicit_oracle() -> ShareConsumer:
+    """An implicit-mode ``ShareConsumer`` that is never subscribed and reaches no cluster: asked
+    what upstream answers a call implicit mode refuses (its exact exception)."""
+    with _oracle_lock:
+        if not _oracle:
+            _oracle.append(
+                ShareConsumer(
+                    {
+                        "group.id": "safeconsumer-implicit-oracle",
+                        "bootstrap.servers": "127.0.0.1:1",
+                        "reconnect.backoff.ms": 60000,
+                        "reconnect.backoff.max.ms": 60000,
+                        "logger": HELPER_LOG,
+                    }
+                )
+            )
+        return _oracle[0]
+
+
 class SafeShareConsumer(ShareConsumer):
     """A drop-in for ``confluent_kafka.ShareConsumer``; see the module's docstring.
 
     ``start``: where a share group without state starts (``"earliest"`` or ``"latest"``; None: the
     group's own setting, ``latest`` unless its operators set one).
+    ``poison``: ``None`` (upstream's behaviour), ``Skip()`` or ``DeadLetter(topic, ...)``, used by
+    :meth:`handle` and for records on their last delivery.
+    ``meter_provider`` / ``tracer_provider``: OpenTelemetry providers for its metrics and spans
+    (default the global ones; nothing is loaded until OpenTelemetry is).
     """
 
-    def __init__(self, *args: Any, start: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        start: str | None = None,
+        poison: object = None,
+        meter_provider: Any = None,
+        tracer_provider: Any = None,
+        **kwargs: Any,
+    ) -> None:
         self._start = _start(start)
+        policy = check_policy(poison)
         conf: Mapping[str, Any] = args[0] if args and isinstance(args[0], Mapping) else {}
+        mode = conf.get(MODE_KEY, "implicit")
+        #: Implicit mode is ours (librdkafka runs explicit underneath); an unknown mode is upstream's to refuse.
+        self._implicit = mode == "implicit"
+        if self._implicit and args:
+            args = ({**conf, MODE_KEY: "explicit"}, *args[1:])
         super().__init__(*args, **kwargs)
         self._group = str(conf.get("group.id", ""))
-        self._explicit = str(conf.get(MODE_KEY, "implicit")).lower() == "explicit"
         self._admin_conf = admin_config(conf, "share")
         self._admin: AdminClient | None = None
         self._settings = GroupSettings()
         self._read_at = 0.0
         self._refreshing: threading.Thread | None = None
-        self._batch: _Batch | None = None
+        self._batch: Batch | None = None
+        #: Held while a keepalive timer gives records back (the application is inside the block).
+        self._lock = threading.RLock()
+        self._closed = False
         #: Partitions with a record acknowledged after its lock ran out, since the last commit.
         self._late: dict[PartitionKey, set[int]] = {}
         #: Of those, the ones no WARNING named yet, and the longest time one was held.
         self._unsaid: dict[PartitionKey, set[int]] = {}
         self._unsaid_held = 0.0
         self._started = False
-        #: Records acknowledged after their lock ran out (a count, for the application and telemetry).
+        #: What the application subscribed to, and its pause marks (S6).
+        self._wanted: list[str] | None = None
+        self._all_paused = False
+        self._paused_names: set[str] = set()
+        self._paused_patterns: list[re.Pattern[str]] = []
+        #: The subscription librdkafka has is to change at the next poll() (a pause mark changed).
+        self._resubscribe = False
+        #: Records acknowledged after their lock ran out.
         self.lock_overruns = 0
+        #: Records given back before their locks ran out because the application had not reached them.
+        self.released_early = 0
+        self._telemetry = ShareTelemetry(self._group, meter_provider=meter_provider)
+        if tracer_provider is not None:
+            self._telemetry._tracer_provider = tracer_provider
+        telemetry = self._telemetry
+        me = weakref.ref(self)
+        self._poison = PoisonHandler(
+            policy,
+            group_id=self._group,
+            writer=DeadLetterWriter(self._group, admin_config(conf, "dead-letters")),
+            # Weak: the consumer is destroyed when the application drops it (S8), not by the collector.
+            give_back=lambda message: _call(me, "_settle", message, AcknowledgeType.RELEASE),
+            keepalive=lambda: _call(me, "keepalive"),
+            fail=lambda fatal, error: _call(me, "_fail", fatal, error),
+            counted=telemetry.poisoned,
+            owns=lambda message: bool(_call(me, "_still_locked", message)),
+        )
         _say_preview()
 
     # -- the group's settings ---------------------------------------------------------------
@@ -174,83 +266,378 @@ class SafeShareConsumer(ShareConsumer):
 
     # -- upstream's methods -----------------------------------------------------------------
     def subscribe(self, topics: list[str], *args: Any, **kwargs: Any) -> None:
-        if not self._started and isinstance(topics, list) and topics and all(isinstance(t, str) for t in topics):
+        valid = isinstance(topics, list) and all(isinstance(t, str) for t in topics) and not args and not kwargs
+        if not self._started and valid and topics:
             self._started = True
             self._first_subscribe(topics)
-        super().subscribe(topics, *args, **kwargs)
+        if not valid or not self._pausing():
+            super().subscribe(topics, *args, **kwargs)  # upstream's checks and errors, as they are
+            self._wanted = list(topics) if valid else self._wanted
+            return
+        super().subscribe(topics)  # upstream judges the list first (empty names, duplicates)
+        self._wanted = list(topics)
+        self._apply_pauses(now=True)
+
+    def unsubscribe(self, *args: Any, **kwargs: Any) -> None:
+        super().unsubscribe(*args, **kwargs)
+        self._wanted = None
+
+    def subscription(self, *args: Any, **kwargs: Any) -> Any:
+        answer = super().subscription(*args, **kwargs)
+        if self._pausing() and self._wanted is not None and not self._closed:
+            return list(self._wanted)
+        return answer
 
     def poll(self, *args: Any, **kwargs: Any) -> Any:
         now = time.monotonic()
-        if not self._explicit:
-            self._acknowledged_all(now)
+        if self._implicit and not self._closed:
+            self._accept_open(now)  # the application came back: what it was handed is processed
         self._say_late()
+        if self._resubscribe and not self._closed:
+            if self._batch is not None:
+                with contextlib.suppress(KafkaException):
+                    super().commit_sync(10.0)  # what the application was handed, settled before the change
+                self._batch = None
+            self._subscribe_effective()
+        if self._wanted and not self._closed and not self._effective():
+            return self._paused_poll(*args, **kwargs)
         messages = super().poll(*args, **kwargs)
         self._maybe_refresh(now)
-        batch = _Batch(time.monotonic())
-        for msg in messages:
-            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-            if msg.error() is None and topic is not None and partition is not None and offset is not None:
-                batch.open.setdefault((topic, partition), set()).add(offset)
+        records = list(messages)
+        counting = "opentelemetry" in sys.modules  # the delivery-count histogram costs a call per record
+        batch = Batch.of(records, redelivered=self._telemetry.redelivered if counting else None)
         self._batch = batch if batch.open else None
-        return messages
+        if batch.open and isinstance(self._poison.policy, DeadLetter):
+            self._last_deliveries(batch, self._poison.policy)
+        me = weakref.ref(self)
+        return SafeMessages(records, lambda index: _call(me, "_before", batch, index, default=True))
 
     def acknowledge(self, message: Message, *args: Any, **kwargs: Any) -> None:
+        if self._implicit and not self._closed:
+            _implicit_oracle().acknowledge(message, *args, **kwargs)  # raises upstream's error
+            return
         super().acknowledge(message, *args, **kwargs)
-        self._acknowledged(message.topic(), message.partition(), message.offset())
+        self._telemetry.acknowledged(_ack_name(args[0] if args else kwargs.get("ack_type")))
+        key = key_of(message)
+        if key is not None:
+            self._acknowledged(key)
 
     def acknowledge_offset(self, topic: str, partition: int, offset: int, *args: Any, **kwargs: Any) -> None:
+        if self._implicit and not self._closed:
+            _implicit_oracle().acknowledge_offset(topic, partition, offset, *args, **kwargs)
+            return
         super().acknowledge_offset(topic, partition, offset, *args, **kwargs)
-        self._acknowledged(topic, partition, offset)
+        self._telemetry.acknowledged(_ack_name(args[0] if args else kwargs.get("ack_type")))
+        self._acknowledged((topic, partition, offset))
 
     def commit_sync(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._explicit:
-            self._acknowledged_all(time.monotonic())
+        if self._implicit and not self._closed:
+            self._accept_open(time.monotonic())
         self._say_late()
         result = super().commit_sync(*args, **kwargs)
         return self._with_late(result)
 
     def commit_async(self, *args: Any, **kwargs: Any) -> None:
-        if not self._explicit:
-            self._acknowledged_all(time.monotonic())
+        if self._implicit and not self._closed:
+            self._accept_open(time.monotonic())
         self._say_late()
         super().commit_async(*args, **kwargs)
 
     def close(self, *args: Any, **kwargs: Any) -> None:
-        self._batch = None  # not acknowledged: librdkafka gives them back
-        self._say_late()
+        if not self._closed:
+            # S2: what the application was handed and never came back after goes back at once.
+            with contextlib.suppress(Exception):
+                self._release(self._open_records())
+            self._say_late()
         try:
             super().close(*args, **kwargs)
         finally:
-            admin, self._admin = self._admin, None
-            del admin
+            self._closed = True
+            self._batch = None
+            self._admin = None
+            self._poison.close()
+
+    # -- additions --------------------------------------------------------------------------
+    def handle(self, message: Message, handler: Callable[[Message], _T]) -> _T | None:
+        """Run ``handler(message)`` for a record of the last batch, under the ``poison`` policy.
+
+        Returns the handler's result, or None when the record was skipped or dead-lettered (then
+        rejected: the broker archives it, a copy is in the dead-letter topic). In explicit mode a
+        handled record is acknowledged here (ACCEPT, or REJECT after the policy); in implicit mode
+        it is accepted at the next ``poll()``/``commit_*()``, as every record is. With no policy an
+        exception of the handler releases the record (handed out again) and propagates. Records of
+        the batch the application has not reached are given back first once the batch held its
+        locks for :data:`RELEASE_AT` of the group's lock.
+        """
+        key = key_of(message)
+        batch = self._batch
+        if batch is not None and key is not None:
+            batch.reached.add(key)
+            self._release_unreached(batch, time.monotonic())
+        before = (self._poison.skipped, self._poison.dead_lettered)
+        try:
+            if "opentelemetry" in sys.modules and message.error() is None:
+                with self._telemetry.process(message):
+                    result = self._poison.handle(message, handler)
+            else:
+                result = self._poison.handle(message, handler)
+        except Exception:
+            if self._poison.policy is None:
+                self._settle(message, AcknowledgeType.RELEASE)
+            raise
+        if (self._poison.skipped, self._poison.dead_lettered) != before:
+            self._settle(message, AcknowledgeType.REJECT)
+        elif not self._implicit:
+            self._settle(message, AcknowledgeType.ACCEPT)
+        return result
+
+    @contextlib.contextmanager
+    def keepalive(self) -> Iterator[None]:
+        """A block of long work on one record: when the batch has held its locks for
+        :data:`RELEASE_AT` of the group's lock, the records the application has not reached are given
+        back from a timer thread (the application must not call the consumer inside the block). A
+        share consumer cannot renew a lock (librdkafka has no RENEW yet): the record being worked on
+        stays the application's until its lock runs out; acknowledged later, it is reported."""
+        batch = self._batch
+        timer: threading.Timer | None = None
+        if batch is not None and batch.unreached():
+            due = batch.at + self._settings.lock_seconds * RELEASE_AT - time.monotonic()
+            timer = threading.Timer(max(0.0, due), self._release_from_timer, args=(batch,))
+            timer.daemon = True
+            timer.name = "safeconsumer-share-keepalive"
+            timer.start()
+        try:
+            yield
+        finally:
+            if timer is not None:
+                timer.cancel()
+                with self._lock:  # a release under way ends before the application goes on
+                    pass
+
+    def pause(self) -> None:
+        """Pause the whole consumer (S6): it acquires nothing until :meth:`resume`; records handed
+        out and not reached yet are released at once."""
+        self._check_open("pause")
+        self._all_paused = True
+        self._apply_pauses()
+
+    def resume(self) -> None:
+        """Lift the consumer mark set by :meth:`pause` (topic marks stay)."""
+        self._check_open("resume")
+        self._all_paused = False
+        self._apply_pauses()
+
+    def pause_topics(self, topics: Any) -> None:
+        """Pause topics: names, ``^regex`` strings or compiled ``re.Pattern`` objects (one or a list).
+        A mark covers topics subscribed later too."""
+        self._check_open("pause_topics")
+        names, patterns = parse_topic_entries(topics)
+        self._paused_names.update(names)
+        self._paused_patterns.extend(p for p in patterns if p.pattern not in {q.pattern for q in self._paused_patterns})
+        self._apply_pauses()
+
+    def resume_topics(self, topics: Any) -> None:
+        """Clear topic marks set by :meth:`pause_topics` (the same names or patterns)."""
+        self._check_open("resume_topics")
+        names, patterns = parse_topic_entries(topics)
+        self._paused_names.difference_update(names)
+        gone = {p.pattern for p in patterns}
+        self._paused_patterns = [p for p in self._paused_patterns if p.pattern not in gone]
+        self._apply_pauses()
+
+    def paused_topics(self) -> list[str]:
+        """The subscribed topics that are paused now, sorted."""
+        return sorted(t for t in self._wanted or [] if self._is_paused(t))
+
+    @property
+    def poison(self) -> PoisonHandler:
+        """The poison policy at work (``skipped``, ``dead_lettered`` counts)."""
+        return self._poison
+
+    # -- pause (S6) -------------------------------------------------------------------------
+    def _check_open(self, method: str) -> None:
+        if self._closed:
+            raise consumer_closed((f"{method}() on a closed SafeShareConsumer",), "the consumer was closed")
+
+    def _pausing(self) -> bool:
+        return self._all_paused or bool(self._paused_names) or bool(self._paused_patterns)
+
+    def _is_paused(self, topic: str) -> bool:
+        return self._all_paused or topic in self._paused_names or any(p.search(topic) for p in self._paused_patterns)
+
+    def _effective(self) -> list[str]:
+        return [t for t in self._wanted or [] if not self._is_paused(t)]
+
+    def _apply_pauses(self, *, now: bool = False) -> None:
+        """Give back at once what was handed out of a paused topic and not reached, and hand
+        librdkafka the subscription minus the paused topics: at once with ``now`` (a new
+        subscription), else at the next ``poll()``, once what the application holds is acknowledged."""
+        if self._wanted is None:
+            return
+        batch = self._batch
+        if batch is not None:
+            stopped = [m for k, m in batch.open.items() if k not in batch.reached and self._is_paused(k[0])]
+            if stopped:
+                self._release(stopped)
+                self._telemetry.released_early(len(stopped), "paused")
+        self._resubscribe = True
+        if now or batch is None or not batch.open:
+            self._subscribe_effective()
+
+    def _subscribe_effective(self) -> None:
+        if not self._resubscribe or self._wanted is None:
+            return
+        self._resubscribe = False
+        effective = self._effective()
+        if effective:
+            super().subscribe(effective)
+        else:
+            super().unsubscribe()
+
+    def _paused_poll(self, *args: Any, **kwargs: Any) -> Any:
+        timeout = args[0] if args else kwargs.get("timeout", -1)
+        wait = PAUSED_POLL if not isinstance(timeout, int | float) or timeout < 0 else min(float(timeout), PAUSED_POLL)
+        time.sleep(wait)
+        self._batch = None
+        return SafeMessages([], lambda _index: True)
+
+    # -- acknowledgements of our own --------------------------------------------------------
+    def _open_records(self) -> list[Message]:
+        batch = self._batch
+        return list(batch.open.values()) if batch is not None else []
+
+    def _settle(self, message: Message, ack_type: AcknowledgeType) -> None:
+        """Acknowledge one record for the application (``ack_type``), if it is still open."""
+        key = key_of(message)
+        batch = self._batch
+        if key is None or batch is None or key not in batch.open:
+            return
+        super().acknowledge(message, ack_type)
+        self._telemetry.acknowledged(_ack_name(ack_type))
+        self._acknowledged(key)
+
+    def _accept_open(self, now: float) -> None:
+        """Implicit mode: the application came back; every open record of its batch is accepted."""
+        batch = self._batch
+        if batch is None:
+            return
+        records = list(batch.open.values())
+        late = batch.age(now) > self._settings.lock_seconds
+        for message in records:
+            with contextlib.suppress(KafkaException):  # no longer in flight: librdkafka acknowledged it
+                super().acknowledge(message, AcknowledgeType.ACCEPT)
+        if late and records:
+            self._late_records(records, batch.age(now))
+        self._telemetry.acknowledged("accept", len(records))
+        batch.open.clear()
+
+    def _release(self, records: list[Message]) -> None:
+        for message in records:
+            with contextlib.suppress(KafkaException):
+                super().acknowledge(message, AcknowledgeType.RELEASE)
+            key = key_of(message)
+            if key is not None and self._batch is not None:
+                self._batch.close(key)
+        if records:
+            self._telemetry.acknowledged("release", len(records))
+            super().commit_async()  # given back now, not at the next call
+
+    def _release_unreached(self, batch: Batch, now: float) -> bool:
+        """Give back what the application has not reached once the batch is :data:`RELEASE_AT` of
+        its lock old: True if something was given back."""
+        if batch is not self._batch or batch.age(now) < self._settings.lock_seconds * RELEASE_AT:
+            return False
+        unreached = batch.unreached()
+        if not unreached:
+            return False
+        self._release(unreached)
+        self.released_early += len(unreached)
+        self._telemetry.released_early(len(unreached), "not_reached")
+        logger.info(
+            "share group %r: gave back %d record(s) not reached after %.1f s of the group's %.1f s acquisition lock, "
+            "so that another member takes them now",
+            self._group,
+            len(unreached),
+            batch.age(now),
+            self._settings.lock_seconds,
+        )
+        return True
+
+    def _release_from_timer(self, batch: Batch) -> None:
+        with self._lock:
+            try:
+                self._release_unreached(batch, time.monotonic())
+            except Exception as exc:  # noqa: BLE001 - the records' locks then run out: they come back all the same
+                logger.warning("giving back unreached records failed: %s", exc)
+
+    def _before(self, batch: Batch, index: int) -> bool | None:
+        """The batch's iterator asks before handing out record ``index``: None ends the iteration
+        (the rest was given back), False skips a record given back already."""
+        message = batch.records[index]
+        key = key_of(message)
+        if message.error() is not None or key is None:
+            return True
+        if batch is self._batch and key in batch.open and key not in batch.reached:
+            if self._release_unreached(batch, time.monotonic()):
+                return None
+            batch.reached.add(key)
+            return True
+        return key in batch.reached or batch is not self._batch
+
+    def _still_locked(self, message: Message) -> bool:
+        batch = self._batch
+        key = key_of(message)
+        return batch is not None and key in batch.open and batch.age(time.monotonic()) < self._settings.lock_seconds
+
+    def _fail(self, fatal: FatalConsumerError, _error: KafkaError) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+        raise fatal
+
+    def _last_deliveries(self, batch: Batch, policy: DeadLetter) -> None:
+        """S4: records on their last delivery go to the dead-letter topic before the application sees them."""
+        limit = self._settings.delivery_limit
+        for message in batch.open.values():
+            count = message.delivery_count() or 0
+            if count < limit:
+                continue
+            reason = LastDelivery(
+                f"delivery {count} of the group's limit of {limit}: the broker archives the record if it is not "
+                "accepted now; written here before processing, so it may also have been processed"
+            )
+            try:
+                self._poison._writer.write(policy, message, reason, "last-delivery", count)
+            except Exception as exc:  # noqa: BLE001 - handed out all the same; a failure of handle() dead-letters it
+                logger.warning(
+                    "could not copy %s [%s] at offset %s (its last delivery) to %r: %s",
+                    message.topic(),
+                    message.partition(),
+                    message.offset(),
+                    policy.topic,
+                    exc,
+                )
 
     # -- lock overruns ----------------------------------------------------------------------
-    def _overrun(self, now: float) -> bool:
+    def _acknowledged(self, key: RecordKey) -> None:
         batch = self._batch
-        return batch is not None and now - batch.at > self._settings.lock_seconds
-
-    def _acknowledged(self, topic: str | None, partition: int | None, offset: int | None) -> None:
-        batch = self._batch
-        if batch is None or topic is None or partition is None or offset is None:
+        if batch is None or not batch.close(key):
             return
         now = time.monotonic()
-        key = (topic, partition)
-        if batch.take(key, offset) and now - batch.at > self._settings.lock_seconds:
-            self._late_records({key: {offset}}, now - batch.at)
+        if batch.age(now) > self._settings.lock_seconds:
+            self._late_keys([key], batch.age(now))
 
-    def _acknowledged_all(self, now: float) -> None:
-        """Implicit mode: the previous batch is accepted now."""
-        batch, self._batch = self._batch, None
-        if batch is not None and now - batch.at > self._settings.lock_seconds:
-            self._late_records(batch.open, now - batch.at)
+    def _late_records(self, records: list[Message], held: float) -> None:
+        self._late_keys([k for k in map(key_of, records) if k is not None], held)
 
-    def _late_records(self, records: Mapping[PartitionKey, set[int]], held: float) -> None:
+    def _late_keys(self, keys: list[RecordKey], held: float) -> None:
         """Records acknowledged past their lock: counted now, said once per batch (:meth:`_say_late`)."""
-        for key, offsets in records.items():
-            self.lock_overruns += len(offsets)
-            self._late.setdefault(key, set()).update(offsets)
-            self._unsaid.setdefault(key, set()).update(offsets)
-        self._unsaid_held = max(self._unsaid_held, held)
+        self._telemetry.lock_overrun(len(keys))
+        for topic, partition, offset in keys:
+            self.lock_overruns += 1
+            self._late.setdefault((topic, partition), set()).add(offset)
+            self._unsaid.setdefault((topic, partition), set()).add(offset)
+        if keys:
+            self._unsaid_held = max(self._unsaid_held, held)
 
     def _say_late(self) -> None:
         """One WARNING for the late acknowledgements not said yet (the explicit mode's, one by one,
@@ -290,10 +677,19 @@ class SafeShareConsumer(ShareConsumer):
             if answer is None:
                 result[tp] = LockExpiredError(KafkaError(KafkaError.INVALID_RECORD_STATE, text))
             elif isinstance(answer, KafkaException) and _code(answer) == KafkaError.INVALID_RECORD_STATE:
-                result[tp] = LockExpiredError(
-                    answer.args[0] if answer.args else KafkaError(KafkaError.INVALID_RECORD_STATE, text)
-                )
+                result[tp] = LockExpiredError(answer.args[0])  # upstream's KafkaError, kept
         return result
+
+
+def _ack_name(ack_type: object) -> str:
+    names = {AcknowledgeType.ACCEPT: "accept", AcknowledgeType.RELEASE: "release", AcknowledgeType.REJECT: "reject"}
+    return names.get(ack_type, "accept") if ack_type is not None else "accept"  # type: ignore[call-overload]
+
+
+def _call(ref: weakref.ref[SafeShareConsumer], method: str, *args: Any, default: Any = None) -> Any:
+    """``method`` of the consumer ``ref`` points to, if it is still alive (else ``default``)."""
+    consumer = ref()
+    return default if consumer is None else getattr(consumer, method)(*args)
 
 
 def _code(exc: KafkaException) -> int | None:

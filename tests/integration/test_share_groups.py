@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -28,10 +30,15 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from safeconsumer import DeadLetter, Skip
 from safeconsumer.share import LockExpiredError, SafeShareConsumer
 from safeconsumer.testing import KafkaTestKit, wait_until
 
 MODES = ("implicit", "explicit")
+
+#: One worker runs them one after the other in ``make test``'s parallel phase: each holds share-group
+#: members heartbeating every 0.5 s, and timing-sensitive tests elsewhere must not starve.
+pytestmark = pytest.mark.xdist_group("share-groups")
 
 
 def _set_group(kafka: KafkaTestKit, group: str, **settings: str) -> None:
@@ -308,3 +315,334 @@ def test_acknowledgements_within_the_lock_are_upstream_s(
 def test_bad_start_is_refused_by_name(kafka: KafkaTestKit) -> None:
     with pytest.raises(ValueError, match="start must be one of 'earliest', 'latest'"):
         SafeShareConsumer(_conf(kafka, kafka.name("g")), start="beginning")
+
+
+def _a_batch(c: ShareConsumer) -> Any:
+    """The first non-empty batch ``c`` polls."""
+    batch: Any = wait_until(lambda: c.poll(0.5) or None, timeout=60, what="a batch")
+    return batch
+
+
+def _work(seconds: float) -> None:
+    """The application's work on one record: it takes this long (nothing to wait on but time)."""
+    started = time.monotonic()
+    wait_until(lambda: time.monotonic() - started >= seconds, timeout=seconds + 5, what="the work")
+
+
+# -- S2, S3, S4 ----------------------------------------------------------------------------------
+
+#: A lock long enough that a record seen again within a test came back because it was given back,
+#: not because its lock ran out.
+LONG_LOCK = "60000"
+
+
+def _peer_reads(kafka: KafkaTestKit, group: str, topic: str, closing: list[ShareConsumer]) -> ShareConsumer:
+    peer = ShareConsumer(_conf(kafka, group, "explicit"))
+    closing.append(peer)
+    peer.subscribe([topic])
+    return peer
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_close_gives_back_what_the_application_never_came_back_after(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str
+) -> None:
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    kafka.produce(topic, 30, partitions=1)
+    a = SafeShareConsumer(_conf(kafka, group, mode))
+    a.subscribe([topic])
+    batch = _read_until(a, lambda got: len(got) > 0, timeout=60, what="a batch")
+    a.close()
+    peer = _peer_reads(kafka, group, topic, closing)
+    again = _read_until(peer, lambda got: len(got) >= 30, timeout=30, what="all 30 read by the peer", ack=True)
+    counts = {m.offset(): m.delivery_count() for m in again}
+    assert all(counts[m.offset()] == 2 for m in batch), "a record of the batch was kept or accepted"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_handler_that_raises_gives_its_record_back_at_once(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str
+) -> None:
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    kafka.produce(topic, 1, partitions=1)
+    c = SafeShareConsumer(_conf(kafka, group, mode))
+    closing.append(c)
+    c.subscribe([topic])
+    first = _read_until(c, lambda got: len(got) > 0, timeout=60, what="the record")[0]
+
+    def boom(_m: Message) -> None:
+        raise RuntimeError("cannot process")
+
+    with pytest.raises(RuntimeError, match="cannot process"):
+        c.handle(first, boom)
+    again = _read_until(
+        c, lambda got: len(got) > 0, timeout=20, what="the record handed out again", ack=mode == "explicit"
+    )
+    assert again[0].offset() == first.offset() and again[0].delivery_count() == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_skip_rejects_a_failed_record_with_a_warning(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], caplog: pytest.LogCaptureFixture, mode: str
+) -> None:
+    caplog.set_level(logging.WARNING, logger="safeconsumer")
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    kafka.produce(topic, 3, partitions=1)
+    c = SafeShareConsumer(_conf(kafka, group, mode), poison=Skip())
+    closing.append(c)
+    c.subscribe([topic])
+    handled: list[int] = []
+
+    def process(m: Message) -> None:
+        if m.offset() == 1:
+            raise ValueError("poison")
+        handled.append(m.offset() or 0)
+
+    def step() -> None:
+        for m in c.poll(0.5):
+            if m.error() is None:
+                c.handle(m, process)
+        c.commit_sync(10)
+
+    wait_until(lambda: sorted(handled) == [0, 2], timeout=60, what="the good records handled", step=step)
+    assert c.poison.skipped == 1
+    assert any("skipped a record that failed to process" in r.getMessage() for r in caplog.records)
+    # Rejected: never delivered again, while a marker produced after it is.
+    kafka.produce(topic, 1, partitions=1, start=3)
+    wait_until(lambda: 3 in handled, timeout=30, what="the marker handled", step=step)
+    assert sorted(handled) == [0, 2, 3]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dead_letter_writes_a_failed_record_before_rejecting_it(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str
+) -> None:
+    topic, group, dlt = kafka.create_topic(partitions=1), kafka.name("g"), kafka.create_topic(partitions=1)
+    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    kafka.produce(topic, 3, partitions=1)
+    c = SafeShareConsumer(_conf(kafka, group, mode), poison=DeadLetter(dlt, retries=1, backoff=0.05))
+    closing.append(c)
+    c.subscribe([topic])
+    handled: list[int] = []
+
+    def process(m: Message) -> None:
+        if m.offset() == 1:
+            raise ValueError("poison")
+        handled.append(m.offset() or 0)
+
+    def step() -> None:
+        for m in c.poll(0.5):
+            if m.error() is None:
+                c.handle(m, process)
+        c.commit_sync(10)
+
+    wait_until(lambda: c.poison.dead_lettered == 1 and sorted(handled) == [0, 2], timeout=60, what="done", step=step)
+    assert kafka.end_offsets(dlt) == {0: 1}
+    kafka.produce(topic, 1, partitions=1, start=3)
+    wait_until(lambda: 3 in handled, timeout=30, what="the marker handled", step=step)
+    assert sorted(handled) == [0, 2, 3] and c.poison.dead_lettered == 1
+
+
+def test_a_record_on_its_last_delivery_is_in_the_dead_letter_topic_before_the_application_sees_it(
+    kafka: KafkaTestKit, closing: list[ShareConsumer]
+) -> None:
+    """S4: with the group's limit at 2, the second delivery is the last: the broker archives the
+    record if it is not accepted then. A copy is written first, whatever the application does next."""
+    topic, group, dlt = kafka.create_topic(partitions=1), kafka.name("g"), kafka.create_topic(partitions=1)
+    _set_group(
+        kafka,
+        group,
+        share_auto_offset_reset="earliest",
+        share_record_lock_duration_ms=LONG_LOCK,
+        share_delivery_count_limit="2",
+    )
+    kafka.produce(topic, 1, partitions=1)
+    c = SafeShareConsumer(_conf(kafka, group, "explicit"), poison=DeadLetter(dlt))
+    closing.append(c)
+    c.subscribe([topic])
+    wait_until(lambda: c.group_settings.delivery_limit == 2, timeout=10, what="the limit read")
+    first = _read_until(c, lambda got: len(got) > 0, timeout=60, what="the first delivery")[0]
+    assert kafka.end_offsets(dlt) == {0: 0}  # not the last delivery: no copy
+    c.acknowledge(first, AcknowledgeType.RELEASE)
+    c.commit_sync(10)
+    second = _read_until(c, lambda got: len(got) > 0, timeout=30, what="the second delivery")[0]
+    assert second.delivery_count() == 2
+    assert kafka.end_offsets(dlt) == {0: 1}  # copied before it was handed out
+    c.close()  # the process stops without processing it: the copy is what is left
+
+
+def test_a_slow_loop_gives_back_what_it_has_not_reached_before_the_locks_run_out(
+    kafka: KafkaTestKit, closing: list[ShareConsumer]
+) -> None:
+    """S3, implicit mode, no help from the application: the batch's iterator stops handing out
+    records once the batch held its locks for 3/4 of the lock; what it did not hand out goes to a
+    peer at once, and nothing is processed twice."""
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="4000")
+    kafka.produce(topic, 20, partitions=1)
+    a = SafeShareConsumer(_conf(kafka, group))
+    closing.append(a)
+    a.subscribe([topic])
+    batch = _a_batch(a)
+    handed = len(batch)
+    processed_by_a: list[int] = []
+    for m in batch:  # 1 s of work per record: the lock (4 s) cannot cover the batch
+        processed_by_a.append(m.offset() or 0)
+        _work(1.0)
+    assert 0 < len(processed_by_a) < handed
+    assert a.released_early == handed - len(processed_by_a)
+    assert all(exc is None for exc in a.commit_sync(10).values())  # accepts what A processed, within its locks
+    assert a.lock_overruns == 0
+    a.close()
+    peer = _peer_reads(kafka, group, topic, closing)
+    rest = 20 - len(processed_by_a)
+    by_peer = _read_until(peer, lambda got: len(got) >= rest, timeout=30, what="the peer read the rest", ack=True)
+    assert not {m.offset() for m in by_peer} & set(processed_by_a), "a record was processed twice"
+
+
+def test_keepalive_gives_back_the_rest_of_the_batch_during_long_work(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="4000")
+    kafka.produce(topic, 20, partitions=1)
+    a = SafeShareConsumer(_conf(kafka, group, "explicit"))
+    closing.append(a)
+    a.subscribe([topic])
+    batch = _a_batch(a)
+    assert len(batch) > 1
+    first = next(iter(batch))
+    with a.keepalive():  # long work on the first record: past 3 s the rest goes back
+        wait_until(lambda: a.released_early > 0, timeout=10, what="the rest given back")
+    assert a.released_early == len(batch) - 1
+    assert [m.offset() for m in batch] == [first.offset()]  # the iterator hands out nothing given back
+    a.acknowledge(first)
+    assert all(exc is None for exc in a.commit_sync(10).values())
+
+
+def test_implicit_mode_refuses_acknowledge_with_upstream_s_exact_error(kafka: KafkaTestKit) -> None:
+    from confluent_kafka import IllegalStateException
+
+    conf = _conf(kafka, kafka.name("g"))
+    raw, ours = ShareConsumer(conf), SafeShareConsumer(conf)
+    try:
+        calls: list[Callable[[ShareConsumer], object]] = [
+            lambda c: c.acknowledge_offset("t", 0, 0),
+            lambda c: c.acknowledge(Message(topic="t", partition=0, offset=0)),
+            lambda c: c.acknowledge("not a message"),  # type: ignore[arg-type]
+        ]
+        for call in calls:
+            with pytest.raises(Exception) as upstream:
+                call(raw)
+            with pytest.raises(Exception) as mine:
+                call(ours)
+            assert type(mine.value) is type(upstream.value) and mine.value.args == upstream.value.args
+        assert isinstance(upstream.value, TypeError)
+        with pytest.raises(IllegalStateException):
+            ours.acknowledge_offset("t", 0, 0)
+    finally:
+        raw.close()
+        ours.close()
+
+
+def test_a_poison_policy_of_the_wrong_type_is_refused_by_name(kafka: KafkaTestKit) -> None:
+    with pytest.raises(TypeError, match="poison must be None, Skip"):
+        SafeShareConsumer(_conf(kafka, kafka.name("g")), poison="skip")
+
+
+# -- S6 pause ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("how", ["name", "regex", "consumer"])
+def test_a_paused_topic_delivers_nothing_and_loses_nothing(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str, how: str
+) -> None:
+    """Paused before anything was acquired: not one record of it comes until it is resumed, then
+    every one comes on its first delivery (pausing counted no delivery)."""
+    keep, stop, group = kafka.create_topic(partitions=1), kafka.create_topic(partitions=1), kafka.name("g")
+    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    c = SafeShareConsumer(_conf(kafka, group, mode))
+    closing.append(c)
+    if how == "name":
+        c.pause_topics(stop)
+    elif how == "regex":
+        c.pause_topics(re.compile(re.escape(stop)))
+    c.subscribe([keep, stop])
+    if how == "consumer":
+        c.pause()
+    kafka.produce(keep, 10, partitions=1)
+    kafka.produce(stop, 10, partitions=1)
+    got: list[Message] = []
+
+    def step() -> None:
+        for m in c.poll(0.5):
+            if m.error() is None:
+                got.append(m)
+                if mode == "explicit":
+                    c.acknowledge(m)
+
+    if how != "consumer":
+        wait_until(lambda: len(got) >= 10, timeout=60, what="the unpaused topic's records", step=step)
+        assert {m.topic() for m in got} == {keep}
+        assert c.paused_topics() == [stop] and sorted(c.subscription()) == sorted([keep, stop])
+        c.resume_topics(re.compile(re.escape(stop)) if how == "regex" else stop)
+    else:
+        wait_until(lambda: c.paused_topics() == sorted([keep, stop]), timeout=5, what="both paused")
+        step()
+        assert got == []
+        c.resume()
+    wait_until(lambda: len(got) >= 20, timeout=60, what="every record after the resume", step=step)
+    assert sorted((m.topic(), m.offset()) for m in got) == sorted([(t, o) for t in (keep, stop) for o in range(10)])
+    assert all(m.delivery_count() == 1 for m in got if m.topic() == stop)
+
+
+def test_pausing_gives_back_what_was_handed_out_and_not_reached(
+    kafka: KafkaTestKit, closing: list[ShareConsumer]
+) -> None:
+    """Records of a topic acquired before it was paused go back at once (not at lock expiry); the
+    acquisition counted their delivery, so they come again with delivery count 2 after the resume."""
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    kafka.produce(topic, 20, partitions=1)
+    c = SafeShareConsumer(_conf(kafka, group))
+    closing.append(c)
+    c.subscribe([topic])
+    batch = _a_batch(c)
+    first = next(iter(batch))
+    c.pause_topics(topic)
+    assert [m.offset() for m in batch] == [first.offset()]  # the rest given back, never handed out
+    c.poll(0.1)  # accepts the one record reached
+    c.resume_topics(topic)
+    got = _read_until(c, lambda got: len(got) >= 19, timeout=60, what="the rest after the resume")
+    assert first.offset() not in {m.offset() for m in got}
+    assert all(m.delivery_count() == 2 for m in got if (m.offset() or 0) < len(batch))
+
+
+def test_pause_after_close_is_a_clear_error(kafka: KafkaTestKit) -> None:
+    c = SafeShareConsumer(_conf(kafka, kafka.name("g")))
+    c.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        c.pause_topics("t")
+    with pytest.raises(ValueError, match="topics is empty"):
+        SafeShareConsumer(_conf(kafka, kafka.name("g"))).pause_topics([])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_dropped_consumer_is_destroyed_with_its_last_reference(kafka: KafkaTestKit, mode: str) -> None:
+    """S8: no reference cycle keeps it (the poison handler and the batches it hands out hold it
+    weakly), so it goes when the application drops it, as a raw ShareConsumer does."""
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _set_group(kafka, group, share_auto_offset_reset="earliest")
+    kafka.produce(topic, 5, partitions=1)
+    c = SafeShareConsumer(_conf(kafka, group, mode), poison=Skip())
+    c.subscribe([topic])
+    batch = _a_batch(c)
+    ref = weakref.ref(c)
+    del c
+    assert ref() is None, "something still holds the dropped consumer"
+    assert len(list(batch)) > 0  # a batch outliving its consumer still iterates
