@@ -1,81 +1,146 @@
-"""The batch one ``poll()`` handed to the application, record by record.
+"""The batch one ``poll()`` handed to the application, and the watch on its locks.
 
 A share consumer acquires every record of a batch under the group's acquisition lock at once, and
-the application works through them one after the other. :class:`Batch` knows, for each record,
-whether the application reached it yet (the iterator of :class:`SafeMessages` handed it out, or
-``handle()`` ran on it) and whether it was acknowledged (by the application, or by the consumer:
-accepted for implicit mode, released, rejected). :class:`SafeMessages` is upstream's ``Messages``
-(a subclass: ``len()``, indexing, ``count()``, ``records()`` unchanged) whose iterator asks the
-batch before each record, so a slow loop gives back what it has not reached before the locks run out.
+the application works through them one after the other. :class:`SafeMessages` is upstream's
+``Messages`` (a subclass: ``len()``, indexing, ``count()``, ``records()`` unchanged) whose iterator
+is a plain list iterator over :attr:`Batch.live`: handing out a record costs nothing on top of
+upstream's. Once the batch has held its locks for :data:`RELEASE_AT` of the group's lock, the
+:class:`Watch` thread cuts :attr:`Batch.live` after the furthest record an iterator handed out (a
+list iterator then stops), and the records cut wait in :attr:`Batch.pending` until the consumer
+releases them on the application's thread (its next call, or a ``keepalive()`` timer): a share
+consumer must not be called from two threads at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import heapq
+import itertools
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from confluent_kafka import Message, Messages
 
-RecordKey = tuple[str, int, int]
+#: The share of the group's lock after which records the application has not reached are given back.
+RELEASE_AT = 0.75
 
 
-def key_of(message: Message) -> RecordKey | None:
-    topic, partition, offset = message.topic(), message.partition(), message.offset()
-    if topic is None or partition is None or offset is None:
-        return None
-    return (topic, partition, offset)
-
-
-@dataclass
 class Batch:
     """One poll's records and what became of them."""
 
-    at: float
-    records: list[Message]
-    #: Records handed out whose acknowledgement is still to come (by key).
-    open: dict[RecordKey, Message] = field(default_factory=dict)
-    #: Records the application reached (iterated to, or handled).
-    reached: set[RecordKey] = field(default_factory=set)
+    def __init__(self, records: list[Message], lock_seconds: float) -> None:
+        self.records = records
+        #: The list the application's iterators walk; cut short to stop them.
+        self.live = list(records)
+        self.iterators: list[Iterator[Message]] = []
+        self.at = time.monotonic()
+        self.release_at = self.at + lock_seconds * RELEASE_AT
+        self.lock_end = self.at + lock_seconds
+        #: id() of records ``handle()`` ran on (the application reached them without iterating).
+        self.handled: set[int] = set()
+        #: id() of records the consumer acknowledged itself (released, rejected, or accepted by handle()).
+        self.settled: set[int] = set()
+        #: Records cut from :attr:`live`, to be released on the application's thread.
+        self.pending: list[Message] = []
+        #: Records the consumer released because they were not reached (the count of :attr:`pending` so far).
+        self.released_early = 0
+        #: A commit sent this batch's acknowledgements while its locks held.
+        self.committed_in_time = False
+        self.lock = threading.Lock()
+        #: Called by the watch after a cut (the consumer releases the records cut, if it may now).
+        self.on_cut: Callable[[Batch], object] | None = None
 
-    @classmethod
-    def of(cls, messages: list[Message], *, redelivered: Callable[[int], None] | None = None) -> Batch:
-        """The batch of ``messages``, handed out now; ``redelivered`` is told the delivery count of
-        each record handed out again."""
-        batch = cls(time.monotonic(), messages)
-        opened = batch.open
-        for msg in messages:
-            if msg.error() is None:
-                opened[(msg.topic(), msg.partition(), msg.offset())] = msg  # type: ignore[index]
-                if redelivered is not None and (count := msg.delivery_count() or 1) > 1:
-                    redelivered(count)
-        return batch
+    def position(self) -> int:
+        """How many records of :attr:`live` the furthest iterator handed out."""
+        n = len(self.live)
+        return max((n - it.__length_hint__() for it in self.iterators), default=0)  # type: ignore[attr-defined]
 
-    def age(self, now: float) -> float:
-        return now - self.at
+    def cut(self, *, keep_handled: bool = True) -> list[Message]:
+        """Stop handing out records: those no iterator handed out (and ``handle()`` did not run on)
+        leave :attr:`live` and join :attr:`pending`. Returns them."""
+        with self.lock:
+            position = self.position()
+            rest = self.live[position:]
+            if not rest:
+                return []
+            del self.live[position:]
+            # A record handle() ran on is in the application's hands: not ours to give back.
+            cut = [m for m in rest if id(m) not in self.handled] if keep_handled else rest
+            self.pending.extend(cut)
+            self.released_early += len(cut)
+            return cut
 
-    def close(self, key: RecordKey) -> bool:
-        """The record was acknowledged: True if it was open."""
-        return self.open.pop(key, None) is not None
+    def take_pending(self) -> list[Message]:
+        with self.lock:
+            pending, self.pending = self.pending, []
+        for m in pending:
+            self.settled.add(id(m))
+        return pending
 
-    def unreached(self) -> list[Message]:
-        """Open records the application has not reached, in batch order."""
-        return [m for k, m in self.open.items() if k not in self.reached]
+    def handed_out(self) -> list[Message]:
+        """Records the application was handed (iterated to, or handled), not settled by the consumer."""
+        position = self.position()
+        reached = self.live[:position]
+        reached += [m for m in self.live[position:] if id(m) in self.handled]
+        return [m for m in reached if id(m) not in self.settled]
+
+    def unsettled(self) -> list[Message]:
+        """Every record of the batch the consumer did not acknowledge itself (error records excluded:
+        librdkafka acknowledged them)."""
+        settled = self.settled
+        if not settled:
+            return [m for m in self.records if m.error() is None]
+        return [m for m in self.records if id(m) not in settled and m.error() is None]
 
 
 class SafeMessages(Messages):
-    """Upstream's ``Messages``; iterating it asks ``before(index)`` before each record, which may
-    end the iteration (the rest of the batch was given back) or skip a record given back already."""
+    """Upstream's ``Messages``, whose iterator walks :attr:`Batch.live` (see the module)."""
 
-    def __init__(self, records: list[Message], before: Callable[[int], bool | None]) -> None:
+    def __init__(self, records: list[Message], batch: Batch | None) -> None:
         super().__init__(records)
-        self._records = records
-        self._before = before
+        self._batch = batch
 
     def __iter__(self) -> Iterator[Message]:
-        for index in range(len(self)):
-            verdict = self._before(index)
-            if verdict is None:
-                return  # the rest was given back
-            if verdict:
-                yield self._records[index]
+        batch = self._batch
+        if batch is None:
+            return iter(self.records())
+        it = iter(batch.live)
+        batch.iterators.append(it)
+        return it
+
+
+class Watch:
+    """One daemon thread for the process: cuts each batch at its :attr:`Batch.release_at`. It holds
+    batches weakly, never a consumer."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, weakref.ref[Batch]]] = []
+        self._counter = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, batch: Batch) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (batch.release_at, next(self._counter), weakref.ref(batch)))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="safeconsumer-share-watch", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2]() is batch:
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._cond.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
+                _, _, ref = heapq.heappop(self._heap)
+            batch = ref()
+            if batch is not None and batch.cut() and batch.on_cut is not None:
+                # A failure leaves them pending: the consumer releases them at the application's next call.
+                with contextlib.suppress(Exception):
+                    batch.on_cut(batch)
+
+
+WATCH = Watch()

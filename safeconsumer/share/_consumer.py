@@ -42,7 +42,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import (
     AcknowledgeType,
@@ -58,7 +58,7 @@ from .._errors import FatalConsumerError, SafeConsumerError, consumer_closed
 from ..consumer._pause import parse_topic_entries
 from ..health._explainer import HELPER_LOG, admin_config
 from ..poison._policy import DeadLetter, DeadLetterWriter, PoisonHandler, check_policy
-from ._batch import Batch, RecordKey, SafeMessages, key_of
+from ._batch import WATCH, Batch, SafeMessages
 from ._group import STARTS, GroupSettings, Start, group_exists, read_settings, records_held, set_start
 from ._telemetry import ShareTelemetry
 
@@ -68,9 +68,6 @@ _T = TypeVar("_T")
 
 #: Seconds between two reads of the group's settings while the consumer polls.
 REFRESH_EVERY = 60.0
-
-#: The share of the group's lock after which records the application has not reached are given back.
-RELEASE_AT = 0.75
 
 #: The longest a ``poll()`` waits while every subscribed topic is paused (seconds).
 PAUSED_POLL = 1.0
@@ -195,6 +192,9 @@ class SafeShareConsumer(ShareConsumer):
             counted=telemetry.poisoned,
             owns=lambda message: bool(_call(me, "_still_locked", message)),
         )
+        if self._implicit:  # weakly bound: no reference cycle keeps a dropped consumer (S8)
+            self.acknowledge = _weak_method(me, "_implicit_acknowledge")  # type: ignore[method-assign]
+            self.acknowledge_offset = _weak_method(me, "_implicit_acknowledge_offset")  # type: ignore[method-assign]
         _say_preview()
 
     # -- the group's settings ---------------------------------------------------------------
@@ -289,65 +289,76 @@ class SafeShareConsumer(ShareConsumer):
         return answer
 
     def poll(self, *args: Any, **kwargs: Any) -> Any:
-        now = time.monotonic()
-        if self._implicit and not self._closed:
-            self._accept_open(now)  # the application came back: what it was handed is processed
-        self._say_late()
-        if self._resubscribe and not self._closed:
-            if self._batch is not None:
-                with contextlib.suppress(KafkaException):
-                    super().commit_sync(10.0)  # what the application was handed, settled before the change
-                self._batch = None
-            self._subscribe_effective()
-        if self._wanted and not self._closed and not self._effective():
-            return self._paused_poll(*args, **kwargs)
+        with self._lock:
+            return self._poll(*args, **kwargs)
+
+    def _poll(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._closed:
+            self._came_back(accept=self._implicit)  # implicit: what the application was handed is processed
+            if self._resubscribe:
+                if self._batch is not None:
+                    with contextlib.suppress(KafkaException):
+                        super().commit_sync(10.0)  # what the application was handed, settled before the change
+                    self._batch = None
+                self._subscribe_effective()
+            if self._wanted and not self._effective():
+                return self._paused_poll(*args, **kwargs)
         messages = super().poll(*args, **kwargs)
-        self._maybe_refresh(now)
-        records = list(messages)
-        counting = "opentelemetry" in sys.modules  # the delivery-count histogram costs a call per record
-        batch = Batch.of(records, redelivered=self._telemetry.redelivered if counting else None)
-        self._batch = batch if batch.open else None
-        if batch.open and isinstance(self._poison.policy, DeadLetter):
-            self._last_deliveries(batch, self._poison.policy)
-        me = weakref.ref(self)
-        return SafeMessages(records, lambda index: _call(me, "_before", batch, index, default=True))
+        records = messages.records()
+        if not records:
+            self._batch = None
+            return messages
+        batch = self._batch = Batch(records, self._settings.lock_seconds)
+        if self._implicit:  # the application does not call the consumer while it works: the watch may release
+            me = weakref.ref(self)
+            batch.on_cut = lambda cut: _call(me, "_flush_from_watch", cut)
+        WATCH.watch(batch)
+        self._maybe_refresh(batch.at)
+        if "opentelemetry" in sys.modules:  # the delivery-count histogram costs a call per record
+            for m in records:
+                if (count := m.delivery_count() or 1) > 1:
+                    self._telemetry.redelivered(count)
+        if isinstance(self._poison.policy, DeadLetter):
+            self._last_deliveries(records, self._poison.policy)
+        return SafeMessages(records, batch)
 
-    def acknowledge(self, message: Message, *args: Any, **kwargs: Any) -> None:
-        if self._implicit and not self._closed:
-            _implicit_oracle().acknowledge(message, *args, **kwargs)  # raises upstream's error
-            return
-        super().acknowledge(message, *args, **kwargs)
-        self._telemetry.acknowledged(_ack_name(args[0] if args else kwargs.get("ack_type")))
-        key = key_of(message)
-        if key is not None:
-            self._acknowledged(key)
+    # acknowledge() and acknowledge_offset() are upstream's own in explicit mode (not wrapped: an
+    # application acknowledges every record, and a wrapper would cost each call); an implicit-mode
+    # instance gets the two below as instance attributes (see __init__).
+    def _implicit_acknowledge(self, message: Message, *args: Any, **kwargs: Any) -> None:
+        if self._closed:
+            ShareConsumer.acknowledge(self, message, *args, **kwargs)  # upstream's error for a closed consumer
+        _implicit_oracle().acknowledge(message, *args, **kwargs)  # raises upstream's implicit-mode error
 
-    def acknowledge_offset(self, topic: str, partition: int, offset: int, *args: Any, **kwargs: Any) -> None:
-        if self._implicit and not self._closed:
-            _implicit_oracle().acknowledge_offset(topic, partition, offset, *args, **kwargs)
-            return
-        super().acknowledge_offset(topic, partition, offset, *args, **kwargs)
-        self._telemetry.acknowledged(_ack_name(args[0] if args else kwargs.get("ack_type")))
-        self._acknowledged((topic, partition, offset))
+    def _implicit_acknowledge_offset(self, topic: str, partition: int, offset: int, *args: Any, **kwargs: Any) -> None:
+        if self._closed:
+            ShareConsumer.acknowledge_offset(self, topic, partition, offset, *args, **kwargs)
+        _implicit_oracle().acknowledge_offset(topic, partition, offset, *args, **kwargs)
 
     def commit_sync(self, *args: Any, **kwargs: Any) -> Any:
-        if self._implicit and not self._closed:
-            self._accept_open(time.monotonic())
-        self._say_late()
+        with self._lock:
+            return self._commit_sync(*args, **kwargs)
+
+    def _commit_sync(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._closed:
+            self._came_back(accept=self._implicit, committing=True)
         result = super().commit_sync(*args, **kwargs)
         return self._with_late(result)
 
     def commit_async(self, *args: Any, **kwargs: Any) -> None:
-        if self._implicit and not self._closed:
-            self._accept_open(time.monotonic())
-        self._say_late()
+        with self._lock:
+            return self._commit_async(*args, **kwargs)
+
+    def _commit_async(self, *args: Any, **kwargs: Any) -> None:
+        if not self._closed:
+            self._came_back(accept=self._implicit, committing=True)
         super().commit_async(*args, **kwargs)
 
     def close(self, *args: Any, **kwargs: Any) -> None:
         if not self._closed:
             # S2: what the application was handed and never came back after goes back at once.
             with contextlib.suppress(Exception):
-                self._release(self._open_records())
+                self._release_at_close()
             self._say_late()
         try:
             super().close(*args, **kwargs)
@@ -369,11 +380,13 @@ class SafeShareConsumer(ShareConsumer):
         the batch the application has not reached are given back first once the batch held its
         locks for :data:`RELEASE_AT` of the group's lock.
         """
-        key = key_of(message)
         batch = self._batch
-        if batch is not None and key is not None:
-            batch.reached.add(key)
-            self._release_unreached(batch, time.monotonic())
+        if batch is not None:
+            batch.handled.add(id(message))
+            self._flush_pending(batch)
+            if time.monotonic() >= batch.release_at:
+                batch.cut()
+                self._flush_pending(batch)
         before = (self._poison.skipped, self._poison.dead_lettered)
         try:
             if "opentelemetry" in sys.modules and message.error() is None:
@@ -400,9 +413,12 @@ class SafeShareConsumer(ShareConsumer):
         stays the application's until its lock runs out; acknowledged later, it is reported."""
         batch = self._batch
         timer: threading.Timer | None = None
-        if batch is not None and batch.unreached():
-            due = batch.at + self._settings.lock_seconds * RELEASE_AT - time.monotonic()
-            timer = threading.Timer(max(0.0, due), self._release_from_timer, args=(batch,))
+        if batch is not None and len(batch.live) > batch.position():
+            timer = threading.Timer(
+                max(0.0, batch.release_at - time.monotonic()),
+                _call,
+                args=(weakref.ref(self), "_release_from_timer", batch),
+            )
             timer.daemon = True
             timer.name = "safeconsumer-share-keepalive"
             timer.start()
@@ -476,12 +492,21 @@ class SafeShareConsumer(ShareConsumer):
             return
         batch = self._batch
         if batch is not None:
-            stopped = [m for k, m in batch.open.items() if k not in batch.reached and self._is_paused(k[0])]
+            self._flush_pending(batch)
+            position = batch.position()
+            stopped = [
+                m
+                for m in batch.live[position:]
+                if id(m) not in batch.handled and id(m) not in batch.settled and self._is_paused(str(m.topic()))
+            ]
             if stopped:
-                self._release(stopped)
+                with batch.lock:
+                    gone = {id(m) for m in stopped}
+                    batch.live[position:] = [m for m in batch.live[position:] if id(m) not in gone]
+                self._release(batch, stopped)
                 self._telemetry.released_early(len(stopped), "paused")
         self._resubscribe = True
-        if now or batch is None or not batch.open:
+        if now or batch is None or not batch.handed_out():
             self._subscribe_effective()
 
     def _subscribe_effective(self) -> None:
@@ -499,107 +524,126 @@ class SafeShareConsumer(ShareConsumer):
         wait = PAUSED_POLL if not isinstance(timeout, int | float) or timeout < 0 else min(float(timeout), PAUSED_POLL)
         time.sleep(wait)
         self._batch = None
-        return SafeMessages([], lambda _index: True)
+        return SafeMessages([], None)
 
     # -- acknowledgements of our own --------------------------------------------------------
-    def _open_records(self) -> list[Message]:
-        batch = self._batch
-        return list(batch.open.values()) if batch is not None else []
-
     def _settle(self, message: Message, ack_type: AcknowledgeType) -> None:
-        """Acknowledge one record for the application (``ack_type``), if it is still open."""
-        key = key_of(message)
+        """Acknowledge one record for the application (``ack_type``), once."""
         batch = self._batch
-        if key is None or batch is None or key not in batch.open:
+        if batch is None or id(message) in batch.settled or message.error() is not None:
             return
         super().acknowledge(message, ack_type)
-        self._telemetry.acknowledged(_ack_name(ack_type))
-        self._acknowledged(key)
+        batch.settled.add(id(message))
+        self._telemetry.acknowledged(_ACK_NAMES[ack_type])
 
-    def _accept_open(self, now: float) -> None:
-        """Implicit mode: the application came back; every open record of its batch is accepted."""
-        batch = self._batch
-        if batch is None:
-            return
-        records = list(batch.open.values())
-        late = batch.age(now) > self._settings.lock_seconds
-        for message in records:
-            with contextlib.suppress(KafkaException):  # no longer in flight: librdkafka acknowledged it
-                super().acknowledge(message, AcknowledgeType.ACCEPT)
-        if late and records:
-            self._late_records(records, batch.age(now))
-        self._telemetry.acknowledged("accept", len(records))
-        batch.open.clear()
-
-    def _release(self, records: list[Message]) -> None:
+    def _release(self, batch: Batch, records: list[Message]) -> None:
+        """Release records the application was not handed (or never came back after), now."""
         for message in records:
             with contextlib.suppress(KafkaException):
                 super().acknowledge(message, AcknowledgeType.RELEASE)
-            key = key_of(message)
-            if key is not None and self._batch is not None:
-                self._batch.close(key)
+            batch.settled.add(id(message))
         if records:
             self._telemetry.acknowledged("release", len(records))
             super().commit_async()  # given back now, not at the next call
 
-    def _release_unreached(self, batch: Batch, now: float) -> bool:
-        """Give back what the application has not reached once the batch is :data:`RELEASE_AT` of
-        its lock old: True if something was given back."""
-        if batch is not self._batch or batch.age(now) < self._settings.lock_seconds * RELEASE_AT:
-            return False
-        unreached = batch.unreached()
-        if not unreached:
-            return False
-        self._release(unreached)
-        self.released_early += len(unreached)
-        self._telemetry.released_early(len(unreached), "not_reached")
+    def _flush_pending(self, batch: Batch) -> None:
+        """Release the records the watch cut from the batch (on the application's thread)."""
+        if not batch.pending:
+            return
+        cut = batch.take_pending()
+        for message in cut:
+            with contextlib.suppress(KafkaException):
+                super().acknowledge(message, AcknowledgeType.RELEASE)
+        self.released_early += len(cut)
+        self._telemetry.acknowledged("release", len(cut))
+        self._telemetry.released_early(len(cut), "not_reached")
+        super().commit_async()
         logger.info(
             "share group %r: gave back %d record(s) not reached after %.1f s of the group's %.1f s acquisition lock, "
             "so that another member takes them now",
             self._group,
-            len(unreached),
-            batch.age(now),
+            len(cut),
+            time.monotonic() - batch.at,
             self._settings.lock_seconds,
         )
-        return True
+
+    def _flush_from_watch(self, batch: Batch) -> None:
+        """Implicit mode: the watch cut the batch; released now unless the application is inside a
+        call of the consumer (then at that call's next start)."""
+        if batch is not self._batch or self._closed or not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._flush_pending(batch)
+        finally:
+            self._lock.release()
 
     def _release_from_timer(self, batch: Batch) -> None:
+        """The keepalive timer: the application is inside its block, not calling the consumer."""
         with self._lock:
             try:
-                self._release_unreached(batch, time.monotonic())
+                batch.cut()
+                if batch is self._batch:
+                    self._flush_pending(batch)
             except Exception as exc:  # noqa: BLE001 - the records' locks then run out: they come back all the same
                 logger.warning("giving back unreached records failed: %s", exc)
 
-    def _before(self, batch: Batch, index: int) -> bool | None:
-        """The batch's iterator asks before handing out record ``index``: None ends the iteration
-        (the rest was given back), False skips a record given back already."""
-        message = batch.records[index]
-        key = key_of(message)
-        if message.error() is not None or key is None:
-            return True
-        if batch is self._batch and key in batch.open and key not in batch.reached:
-            if self._release_unreached(batch, time.monotonic()):
-                return None
-            batch.reached.add(key)
-            return True
-        return key in batch.reached or batch is not self._batch
+    def _came_back(self, *, accept: bool, committing: bool = False) -> None:
+        """The application called ``poll()`` or ``commit_*()``: what was cut is released; in implicit
+        mode every record it was handed is accepted (upstream accepts the whole batch then); a batch
+        whose locks ran out before its acknowledgements go is reported (:meth:`_say_late`)."""
+        batch = self._batch
+        if batch is None:
+            return
+        self._flush_pending(batch)
+        if accept:
+            records = batch.unsettled()
+            acknowledge, accepted = ShareConsumer.acknowledge, cast(AcknowledgeType, _ACCEPT)
+            for message in records:
+                try:  # noqa: SIM105 - contextlib.suppress costs each record a context manager
+                    acknowledge(self, message, accepted)
+                except KafkaException:  # no longer in flight: librdkafka acknowledged it
+                    pass
+            batch.settled.update(map(id, records))
+            self._telemetry.acknowledged("accept", len(records))
+        now = time.monotonic()
+        if now > batch.lock_end and not batch.committed_in_time:
+            late = batch.handed_out() if not accept else [m for m in batch.records if m.error() is None]
+            self._late_records(late, now - batch.at)
+            batch.committed_in_time = True  # said once per batch
+        elif committing:
+            batch.committed_in_time = True
+        self._say_late()
+
+    def _release_at_close(self) -> None:
+        batch = self._batch
+        if batch is None:
+            return
+        if not self._implicit:
+            super().commit_sync(10.0)  # the application's own acknowledgements go first: none is overridden
+        batch.cut(keep_handled=False)
+        self._flush_pending(batch)
+        rest = [m for m in batch.unsettled() if id(m) not in batch.settled]
+        for message in rest:
+            with contextlib.suppress(KafkaException):  # acknowledged and sent: no longer in flight
+                super().acknowledge(message, AcknowledgeType.RELEASE)
+        if rest:
+            super().commit_sync(10.0)
 
     def _still_locked(self, message: Message) -> bool:
         batch = self._batch
-        key = key_of(message)
-        return batch is not None and key in batch.open and batch.age(time.monotonic()) < self._settings.lock_seconds
+        return batch is not None and time.monotonic() < batch.lock_end
 
     def _fail(self, fatal: FatalConsumerError, _error: KafkaError) -> None:
         with contextlib.suppress(Exception):
             self.close()
         raise fatal
 
-    def _last_deliveries(self, batch: Batch, policy: DeadLetter) -> None:
+    def _last_deliveries(self, records: list[Message], policy: DeadLetter) -> None:
         """S4: records on their last delivery go to the dead-letter topic before the application sees them."""
         limit = self._settings.delivery_limit
-        for message in batch.open.values():
+        for message in records:
             count = message.delivery_count() or 0
-            if count < limit:
+            if count < limit or message.error() is not None:
                 continue
             reason = LastDelivery(
                 f"delivery {count} of the group's limit of {limit}: the broker archives the record if it is not "
@@ -618,21 +662,13 @@ class SafeShareConsumer(ShareConsumer):
                 )
 
     # -- lock overruns ----------------------------------------------------------------------
-    def _acknowledged(self, key: RecordKey) -> None:
-        batch = self._batch
-        if batch is None or not batch.close(key):
-            return
-        now = time.monotonic()
-        if batch.age(now) > self._settings.lock_seconds:
-            self._late_keys([key], batch.age(now))
-
     def _late_records(self, records: list[Message], held: float) -> None:
-        self._late_keys([k for k in map(key_of, records) if k is not None], held)
-
-    def _late_keys(self, keys: list[RecordKey], held: float) -> None:
-        """Records acknowledged past their lock: counted now, said once per batch (:meth:`_say_late`)."""
+        """Records whose acknowledgements go after their lock ran out: counted now, said once (:meth:`_say_late`)."""
+        keys = [(m.topic(), m.partition(), m.offset()) for m in records]
         self._telemetry.lock_overrun(len(keys))
         for topic, partition, offset in keys:
+            if topic is None or partition is None or offset is None:
+                continue
             self.lock_overruns += 1
             self._late.setdefault((topic, partition), set()).add(offset)
             self._unsaid.setdefault((topic, partition), set()).add(offset)
@@ -640,8 +676,7 @@ class SafeShareConsumer(ShareConsumer):
             self._unsaid_held = max(self._unsaid_held, held)
 
     def _say_late(self) -> None:
-        """One WARNING for the late acknowledgements not said yet (the explicit mode's, one by one,
-        are said together at the next ``poll()``/``commit_*()``)."""
+        """One WARNING for the late acknowledgements not said yet."""
         unsaid, self._unsaid = self._unsaid, {}
         held, self._unsaid_held = self._unsaid_held, 0.0
         if not unsaid:
@@ -651,7 +686,7 @@ class SafeShareConsumer(ShareConsumer):
             for (topic, partition), offsets in sorted(unsaid.items())
         )
         logger.warning(
-            "share group %r: %d record(s) acknowledged up to %.1f s after they were handed out, past the group's "
+            "share group %r: %d record(s) acknowledged %.1f s after they were handed out, past the group's "
             "%.1f s acquisition lock (share.record.lock.duration.ms): another member may have processed them too: %s",
             self._group,
             sum(len(offsets) for offsets in unsaid.values()),
@@ -681,9 +716,22 @@ class SafeShareConsumer(ShareConsumer):
         return result
 
 
-def _ack_name(ack_type: object) -> str:
-    names = {AcknowledgeType.ACCEPT: "accept", AcknowledgeType.RELEASE: "release", AcknowledgeType.REJECT: "reject"}
-    return names.get(ack_type, "accept") if ack_type is not None else "accept"  # type: ignore[call-overload]
+#: ACCEPT as the int upstream's acknowledge() takes (no enum conversion per record).
+_ACCEPT = int(AcknowledgeType.ACCEPT)
+
+_ACK_NAMES = {AcknowledgeType.ACCEPT: "accept", AcknowledgeType.RELEASE: "release", AcknowledgeType.REJECT: "reject"}
+
+
+def _weak_method(ref: weakref.ref[SafeShareConsumer], name: str) -> Callable[..., Any]:
+    """``name`` of the consumer ``ref`` points to, as an attribute of the consumer itself without a cycle."""
+
+    def method(*args: Any, **kwargs: Any) -> Any:
+        consumer = ref()
+        if consumer is None:
+            raise ReferenceError("the SafeShareConsumer is gone")
+        return getattr(consumer, name)(*args, **kwargs)
+
+    return method
 
 
 def _call(ref: weakref.ref[SafeShareConsumer], method: str, *args: Any, default: Any = None) -> Any:
