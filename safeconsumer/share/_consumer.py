@@ -66,6 +66,9 @@ logger = logging.getLogger("safeconsumer")
 
 _T = TypeVar("_T")
 
+#: Seconds one admin request about the group may take (the cluster does not answer: it is given up).
+ADMIN_TIMEOUT = 5.0
+
 #: Seconds between two reads of the group's settings while the consumer polls.
 REFRESH_EVERY = 60.0
 
@@ -210,7 +213,7 @@ class SafeShareConsumer(ShareConsumer):
 
     def _read(self) -> None:
         try:
-            self._settings = read_settings(self._admin_client(), self._group)
+            self._settings = read_settings(self._admin_client(), self._group, ADMIN_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - the last known settings stay; said once per failure
             logger.warning("could not read share group %r's settings: %s", self._group, exc)
         self._read_at = time.monotonic()
@@ -223,11 +226,23 @@ class SafeShareConsumer(ShareConsumer):
         self._refreshing.start()
 
     def _first_subscribe(self, topics: list[str]) -> None:
-        """S5: the group's start, before its first member joins."""
+        """S5 at the first ``subscribe()``: with ``start``, the group's start is settled before the
+        member joins (bounded by :data:`ADMIN_TIMEOUT` per request when the cluster does not answer);
+        without, the group is looked at on a thread of its own, and ``subscribe()`` returns at once."""
+        if self._start is not None:
+            self._look_at_group(topics)
+            return
+        me = weakref.ref(self)
+        threading.Thread(
+            target=_call, args=(me, "_look_at_group", topics), name="safeconsumer-share-group", daemon=True
+        ).start()
+
+    def _look_at_group(self, topics: list[str]) -> None:
+        """The group's settings, its start (``start``), and the WARNING of a new group starting past records."""
         admin = self._admin_client()
         self._read()
         try:
-            exists = group_exists(admin, self._group)
+            exists = group_exists(admin, self._group, ADMIN_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - unknown: treated as existing, nothing is changed
             logger.warning("could not list share group %r: %s; its start is left as it is", self._group, exc)
             return
@@ -243,14 +258,14 @@ class SafeShareConsumer(ShareConsumer):
                     self._start,
                 )
             else:
-                set_start(admin, self._group, self._start)
+                set_start(admin, self._group, self._start, ADMIN_TIMEOUT)
                 logger.info(
                     "share group %r starts at the %s records (share.auto.offset.reset)", self._group, self._start
                 )
                 self._read()
         if not exists and self._settings.auto_offset_reset == "latest":
             try:
-                held = records_held(admin, topics)
+                held = records_held(admin, topics, ADMIN_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - only a warning is lost
                 logger.debug("could not count the records of %s: %s", topics, exc)
                 return
@@ -350,6 +365,8 @@ class SafeShareConsumer(ShareConsumer):
             return self._commit_async(*args, **kwargs)
 
     def _commit_async(self, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs:
+            _implicit_oracle().commit_async(*args, **kwargs)  # upstream's TypeError: it takes no arguments
         if not self._closed:
             self._came_back(accept=self._implicit, committing=True)
         super().commit_async(*args, **kwargs)

@@ -211,7 +211,8 @@ def test_a_new_group_starting_at_latest_says_what_it_skips(
     kafka.produce(topic, 100, partitions=2)
     c = SafeShareConsumer(_conf(kafka, group))
     closing.append(c)
-    c.subscribe([topic])
+    c.subscribe([topic])  # the group is looked at on a thread of its own
+    wait_until(lambda: any("skips the" in r.getMessage() for r in caplog.records), timeout=15, what="the warning")
     skipped = [r.getMessage() for r in caplog.records if "skips the" in r.getMessage()]
     assert len(skipped) == 1 and "100 record(s)" in skipped[0] and topic in skipped[0] and group in skipped[0]
 
@@ -253,7 +254,7 @@ def test_an_acknowledgement_after_the_lock_ran_out_is_reported(
     a = SafeShareConsumer(_conf(kafka, group, mode))
     closing.append(a)
     a.subscribe([topic])
-    assert a.group_settings.lock_ms == 2000
+    wait_until(lambda: a.group_settings.lock_ms == 2000, timeout=15, what="the group's lock read")
     batch = _read_until(a, lambda got: len(got) > 0, timeout=60, what="a batch")
     peer = ShareConsumer(_conf(kafka, group, "explicit"))
     closing.append(peer)
@@ -285,6 +286,7 @@ def test_a_late_acknowledgement_nobody_took_is_a_lock_expired_error_too(
     a = SafeShareConsumer(_conf(kafka, group, mode))
     closing.append(a)
     a.subscribe([topic])
+    wait_until(lambda: a.group_settings.lock_ms == 1000, timeout=15, what="the group's lock read")
     batch = _read_until(a, lambda got: len(got) > 0, timeout=60, what="a batch")
     handed = time.monotonic()
     wait_until(lambda: time.monotonic() - handed > 1.5, timeout=5, what="the work outlasting the lock")
@@ -486,6 +488,7 @@ def test_a_slow_loop_gives_back_what_it_has_not_reached_before_the_locks_run_out
     a = SafeShareConsumer(_conf(kafka, group))
     closing.append(a)
     a.subscribe([topic])
+    wait_until(lambda: a.group_settings.lock_ms == 4000, timeout=15, what="the group's lock read")
     batch = _a_batch(a)
     handed = len(batch)
     processed_by_a: list[int] = []
@@ -513,6 +516,7 @@ def test_keepalive_gives_back_the_rest_of_the_batch_during_long_work(
     a = SafeShareConsumer(_conf(kafka, group, "explicit"))
     closing.append(a)
     a.subscribe([topic])
+    wait_until(lambda: a.group_settings.lock_ms == 4000, timeout=15, what="the group's lock read")
     batch = _a_batch(a)
     assert len(batch) > 1
     first = next(iter(batch))
@@ -646,3 +650,43 @@ def test_a_dropped_consumer_is_destroyed_with_its_last_reference(kafka: KafkaTes
     del c
     assert ref() is None, "something still holds the dropped consumer"
     assert len(list(batch)) > 0  # a batch outliving its consumer still iterates
+
+
+def test_raw_a_local_acknowledgement_can_be_overridden_until_it_is_sent(
+    kafka: KafkaTestKit, closing: list[ShareConsumer]
+) -> None:
+    """Why SafeShareConsumer's close() sends the application's acknowledgements before it releases
+    the rest: a record acknowledged but not yet committed takes a second acknowledgement silently."""
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _set_group(kafka, group, share_auto_offset_reset="earliest")
+    kafka.produce(topic, 3, partitions=1)
+    c = ShareConsumer(_conf(kafka, group, "explicit"))
+    closing.append(c)
+    c.subscribe([topic])
+    batch = _read_until(c, lambda got: len(got) > 0, timeout=60, what="a batch")
+    c.acknowledge(batch[0], AcknowledgeType.ACCEPT)
+    c.acknowledge(batch[0], AcknowledgeType.RELEASE)  # no error: the first acknowledgement is replaced
+    for m in batch[1:]:
+        c.acknowledge(m)
+    assert all(exc is None for exc in c.commit_sync(10).values())
+    from confluent_kafka import IllegalStateException
+
+    with pytest.raises(IllegalStateException):
+        c.acknowledge(batch[0], AcknowledgeType.RELEASE)  # sent: no longer in flight
+
+
+def test_close_in_explicit_mode_keeps_the_application_s_acknowledgements(
+    kafka: KafkaTestKit, closing: list[ShareConsumer]
+) -> None:
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    kafka.produce(topic, 10, partitions=1)
+    a = SafeShareConsumer(_conf(kafka, group, "explicit"))
+    a.subscribe([topic])
+    batch = _read_until(a, lambda got: len(got) >= 2, timeout=60, what="a batch of two or more")
+    a.acknowledge(batch[0])  # processed: accepted, not committed yet
+    a.close()
+    peer = _peer_reads(kafka, group, topic, closing)
+    rest = _read_until(peer, lambda got: len(got) >= 9, timeout=30, what="the other nine", ack=True)
+    assert batch[0].offset() not in {m.offset() for m in rest}
+    assert {m.offset() for m in batch[1:]} <= {m.offset() for m in rest}
