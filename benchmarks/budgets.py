@@ -20,6 +20,8 @@ alternating with its peers (the order rotates by round), medians over rounds:
   process that imported safeconsumer, reported after the table (not a budget);
 - ``SafeAIOConsumer`` against ``confluent_kafka.aio.AIOConsumer``, ``await consume(500)`` and
   ``await poll()``;
+- ``SafeShareConsumer.poll()`` against raw ``ShareConsumer``: what it adds per record, in main-thread
+  CPU (judged) and wall time (reported), in implicit and explicit mode (:mod:`benchmarks.share`);
 - CPU of a parked ``SafeConsumer`` (inside ``keepalive()``, 4 partitions assigned) over
   ``--parked-seconds``, in % of one core.
 
@@ -233,6 +235,31 @@ def _aio_records(args: argparse.Namespace, mode: str) -> int:
     return records if mode == "consume(500)" else min(records, 100_000)
 
 
+def _share(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> list[Line]:
+    """What ``SafeShareConsumer.poll()`` adds per record to raw ``ShareConsumer`` (:mod:`benchmarks.share`)."""
+    from . import share
+
+    topic = kit.create_topic(partitions=4)
+    kit.produce(topic, args.share_records, partitions=4, value_size=100)
+    got = share.side_by_side(bootstrap, topic, args.share_records, args.share_rounds)
+    lines = []
+    for mode in share.MODES:
+        for clock, label, bound in (("cpu", "main-thread CPU", 50.0), ("wall", "wall time", None)):
+            fig = share.added(got, clock, mode)
+            lines.append(
+                Line(
+                    f"SafeShareConsumer `poll()` adds per record, {mode} mode, {label}",
+                    fig.median,
+                    bound,
+                    False,
+                    " ns",
+                    fig.low,
+                    fig.high,
+                )
+            )
+    return lines
+
+
 def _parked(kit: KafkaTestKit, args: argparse.Namespace) -> Line:
     cpu, wall = parked_cpu(kit, args.parked_seconds)
     print(f"  parked: {cpu:.2f}s CPU in {wall:.0f}s", flush=True)
@@ -247,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parked-seconds", type=float, default=20.0)
     parser.add_argument("--per-record-records", type=int, default=200_000)
     parser.add_argument("--per-record-rounds", type=int, default=9)
+    parser.add_argument("--share-records", type=int, default=100_000)
+    parser.add_argument("--share-rounds", type=int, default=7)
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the results file goes")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -261,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             rss_lines, controls, traces = _rss(kit, broker.bootstrap_servers, args)
             lines += rss_lines
             lines += _aio(broker.bootstrap_servers, topic, args)
+            lines += _share(kit, broker.bootstrap_servers, args)
             lines.append(_parked(kit, args))
         finally:
             kit.close()

@@ -179,15 +179,14 @@ class SafeShareConsumer(ShareConsumer):
         self.lock_overruns = 0
         #: Records given back before their locks ran out because the application had not reached them.
         self.released_early = 0
-        self._telemetry = ShareTelemetry(self._group, meter_provider=meter_provider)
-        if tracer_provider is not None:
-            self._telemetry._tracer_provider = tracer_provider
+        self._telemetry = ShareTelemetry(self._group, meter_provider=meter_provider, tracer_provider=tracer_provider)
+        self._writer = DeadLetterWriter(self._group, admin_config(conf, "dead-letters"))
         telemetry = self._telemetry
         me = weakref.ref(self)
         self._poison = PoisonHandler(
             policy,
             group_id=self._group,
-            writer=DeadLetterWriter(self._group, admin_config(conf, "dead-letters")),
+            writer=self._writer,
             # Weak: the consumer is destroyed when the application drops it (S8), not by the collector.
             give_back=lambda message: _call(me, "_settle", message, AcknowledgeType.RELEASE),
             keepalive=lambda: _call(me, "keepalive"),
@@ -667,7 +666,7 @@ class SafeShareConsumer(ShareConsumer):
                 "accepted now; written here before processing, so it may also have been processed"
             )
             try:
-                self._poison._writer.write(policy, message, reason, "last-delivery", count)
+                self._writer.write(policy, message, reason, "last-delivery", count)
             except Exception as exc:  # noqa: BLE001 - handed out all the same; a failure of handle() dead-letters it
                 logger.warning(
                     "could not copy %s [%s] at offset %s (its last delivery) to %r: %s",

@@ -23,6 +23,7 @@ from .._telemetry import LazyTelemetry
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
 INSTRUMENTATION_NAME = "safeconsumer"
 
@@ -30,11 +31,17 @@ INSTRUMENTATION_NAME = "safeconsumer"
 class ShareTelemetry(LazyTelemetry):
     """One share consumer's telemetry (see the module docstring)."""
 
-    def __init__(self, group_id: str, *, meter_provider: MeterProvider | None = None) -> None:
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        meter_provider: MeterProvider | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
         self._share_provider = meter_provider
         self._instruments: dict[str, Any] | None = None
         self._attributes = {"messaging.system": "kafka", "messaging.consumer.group.name": group_id}
-        super().__init__(group_id, meter_provider=meter_provider)
+        super().__init__(group_id, meter_provider=meter_provider, tracer_provider=tracer_provider)
 
     def _share(self) -> dict[str, Any] | None:
         instruments = self._instruments
