@@ -385,6 +385,24 @@ def test_a_handler_that_raises_gives_its_record_back_at_once(
     assert again[0].offset() == first.offset() and again[0].delivery_count() == 2
 
 
+def _handling_step(c: SafeShareConsumer, handled: list[int], *, poison_at: int) -> Callable[[], None]:
+    """One poll whose records go through ``handle()``: the record at ``poison_at`` fails, the others
+    are noted in ``handled``; then a commit."""
+
+    def process(m: Message) -> None:
+        if m.offset() == poison_at:
+            raise ValueError("poison")
+        handled.append(m.offset() or 0)
+
+    def step() -> None:
+        for m in c.poll(0.5):
+            if m.error() is None:
+                c.handle(m, process)
+        c.commit_sync(10)
+
+    return step
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_skip_rejects_a_failed_record_with_a_warning(
     kafka: KafkaTestKit, closing: list[ShareConsumer], caplog: pytest.LogCaptureFixture, mode: str
@@ -397,17 +415,7 @@ def test_skip_rejects_a_failed_record_with_a_warning(
     closing.append(c)
     c.subscribe([topic])
     handled: list[int] = []
-
-    def process(m: Message) -> None:
-        if m.offset() == 1:
-            raise ValueError("poison")
-        handled.append(m.offset() or 0)
-
-    def step() -> None:
-        for m in c.poll(0.5):
-            if m.error() is None:
-                c.handle(m, process)
-        c.commit_sync(10)
+    step = _handling_step(c, handled, poison_at=1)
 
     wait_until(lambda: sorted(handled) == [0, 2], timeout=60, what="the good records handled", step=step)
     assert c.poison.skipped == 1
@@ -429,17 +437,7 @@ def test_dead_letter_writes_a_failed_record_before_rejecting_it(
     closing.append(c)
     c.subscribe([topic])
     handled: list[int] = []
-
-    def process(m: Message) -> None:
-        if m.offset() == 1:
-            raise ValueError("poison")
-        handled.append(m.offset() or 0)
-
-    def step() -> None:
-        for m in c.poll(0.5):
-            if m.error() is None:
-                c.handle(m, process)
-        c.commit_sync(10)
+    step = _handling_step(c, handled, poison_at=1)
 
     wait_until(lambda: c.poison.dead_lettered == 1 and sorted(handled) == [0, 2], timeout=60, what="done", step=step)
     assert kafka.end_offsets(dlt) == {0: 1}
