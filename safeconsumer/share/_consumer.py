@@ -35,6 +35,7 @@ mode call upstream refuses is refused with upstream's own exception, asked of an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
 import sys
@@ -68,6 +69,9 @@ _T = TypeVar("_T")
 
 #: Seconds one admin request about the group may take (the cluster does not answer: it is given up).
 ADMIN_TIMEOUT = 5.0
+
+#: Seconds the first ``subscribe()`` waits to learn whether the cluster lists the group.
+EXISTS_TIMEOUT = 1.0
 
 #: Seconds between two reads of the group's settings while the consumer polls.
 REFRESH_EVERY = 60.0
@@ -225,26 +229,28 @@ class SafeShareConsumer(ShareConsumer):
         self._refreshing.start()
 
     def _first_subscribe(self, topics: list[str]) -> None:
-        """S5 at the first ``subscribe()``: with ``start``, the group's start is settled before the
-        member joins (bounded by :data:`ADMIN_TIMEOUT` per request when the cluster does not answer);
-        without, the group is looked at on a thread of its own, and ``subscribe()`` returns at once."""
+        """S5 at the first ``subscribe()``: whether the cluster lists the group is asked before the
+        member joins (it would list it then), bounded by :data:`EXISTS_TIMEOUT` (a cluster that does
+        not answer: treated as listing it, nothing is changed). With ``start``, the group's start is
+        settled before ``subscribe()`` returns (:data:`ADMIN_TIMEOUT` per request); without, the rest
+        (its settings, the WARNING of a new group starting past records) runs on a thread of its own."""
+        try:
+            exists = group_exists(self._admin_client(), self._group, EXISTS_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - unknown: treated as existing, nothing is changed
+            logger.warning("could not list share group %r: %s; its start is left as it is", self._group, exc)
+            exists = True
         if self._start is not None:
-            self._look_at_group(topics)
+            self._look_at_group(topics, exists)
             return
         me = weakref.ref(self)
         threading.Thread(
-            target=_call, args=(me, "_look_at_group", topics), name="safeconsumer-share-group", daemon=True
+            target=_call, args=(me, "_look_at_group", topics, exists), name="safeconsumer-share-group", daemon=True
         ).start()
 
-    def _look_at_group(self, topics: list[str]) -> None:
+    def _look_at_group(self, topics: list[str], exists: bool) -> None:
         """The group's settings, its start (``start``), and the WARNING of a new group starting past records."""
         admin = self._admin_client()
         self._read()
-        try:
-            exists = group_exists(admin, self._group, ADMIN_TIMEOUT)
-        except Exception as exc:  # noqa: BLE001 - unknown: treated as existing, nothing is changed
-            logger.warning("could not list share group %r: %s; its start is left as it is", self._group, exc)
-            return
         settings = self._settings
         if self._start is not None and self._start != settings.auto_offset_reset:
             if exists or settings.reset_is_the_groups:
@@ -261,7 +267,10 @@ class SafeShareConsumer(ShareConsumer):
                 logger.info(
                     "share group %r starts at the %s records (share.auto.offset.reset)", self._group, self._start
                 )
-                self._read()
+                # Not read back: a describe right after the change may still answer the old value.
+                self._settings = dataclasses.replace(
+                    self._settings, auto_offset_reset=self._start, reset_is_the_groups=True
+                )
         if not exists and self._settings.auto_offset_reset == "latest":
             try:
                 held = records_held(admin, topics, ADMIN_TIMEOUT)
@@ -281,7 +290,7 @@ class SafeShareConsumer(ShareConsumer):
     # -- upstream's methods -----------------------------------------------------------------
     def subscribe(self, topics: list[str], *args: Any, **kwargs: Any) -> None:
         valid = isinstance(topics, list) and all(isinstance(t, str) for t in topics) and not args and not kwargs
-        if not self._started and valid and topics:
+        if not self._started and valid and topics and not self._closed:
             self._started = True
             self._first_subscribe(topics)
         if not valid or not self._pausing():
