@@ -3,12 +3,16 @@
 
 - :mod:`._group`: a share group's settings (lock duration, delivery count limit, start) read and
   set through the admin API.
+- :mod:`._batch`: one poll's batch and the watch on its locks.
+- :mod:`._overruns`: acknowledgements that went after their lock ran out.
+- :mod:`._telemetry`: the share metrics.
 - :mod:`._consumer`: the consumer.
 """
 
 from __future__ import annotations
 
-from ._consumer import TESTED_WITH, LockExpiredError, SafeShareConsumer
+from ._consumer import TESTED_WITH, SafeShareConsumer
 from ._group import GroupSettings
+from ._overruns import LockExpiredError
 
 __all__ = ["TESTED_WITH", "GroupSettings", "LockExpiredError", "SafeShareConsumer"]

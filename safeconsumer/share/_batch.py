@@ -44,8 +44,6 @@ class Batch:
         self.settled: set[int] = set()
         #: Records cut from :attr:`live`, to be released on the application's thread.
         self.pending: list[Message] = []
-        #: Records the consumer released because they were not reached (the count of :attr:`pending` so far).
-        self.released_early = 0
         #: A commit sent this batch's acknowledgements while its locks held.
         self.committed_in_time = False
         self.lock = threading.Lock()
@@ -57,7 +55,7 @@ class Batch:
         n = len(self.live)
         return max((n - it.__length_hint__() for it in self.iterators), default=0)  # type: ignore[attr-defined]
 
-    def cut(self, *, keep_handled: bool = True) -> list[Message]:
+    def cut(self) -> list[Message]:
         """Stop handing out records: those no iterator handed out (and ``handle()`` did not run on)
         leave :attr:`live` and join :attr:`pending`. Returns them."""
         with self.lock:
@@ -67,9 +65,8 @@ class Batch:
                 return []
             del self.live[position:]
             # A record handle() ran on is in the application's hands: not ours to give back.
-            cut = [m for m in rest if id(m) not in self.handled] if keep_handled else rest
+            cut = [m for m in rest if id(m) not in self.handled]
             self.pending.extend(cut)
-            self.released_early += len(cut)
             return cut
 
     def take_pending(self) -> list[Message]:

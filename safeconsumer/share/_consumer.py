@@ -51,16 +51,16 @@ from confluent_kafka import (
     KafkaException,
     Message,
     ShareConsumer,
-    TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
 
-from .._errors import FatalConsumerError, SafeConsumerError, consumer_closed
+from .._errors import FatalConsumerError, consumer_closed
 from ..consumer._pause import parse_topic_entries
 from ..health._explainer import HELPER_LOG, admin_config
 from ..poison._policy import DeadLetter, DeadLetterWriter, PoisonHandler, check_policy
 from ._batch import WATCH, Batch, SafeMessages
 from ._group import STARTS, GroupSettings, Start, group_exists, read_settings, records_held, set_start
+from ._overruns import Overruns
 from ._telemetry import ShareTelemetry
 
 logger = logging.getLogger("safeconsumer")
@@ -83,13 +83,6 @@ PAUSED_POLL = 1.0
 MODE_KEY = "share.acknowledgement.mode"
 
 PartitionKey = tuple[str, int]
-
-
-class LockExpiredError(SafeConsumerError, KafkaException):
-    """``commit_sync()``'s answer for a partition some of whose records were acknowledged after
-    their acquisition lock ran out: the broker may have handed them to another member meanwhile, so
-    the acknowledgement may not be what the broker kept (upstream answers ``None``, success, when a
-    peer took them)."""
 
 
 class LastDelivery(Exception):
@@ -166,11 +159,6 @@ class SafeShareConsumer(ShareConsumer):
         #: Held while a keepalive timer gives records back (the application is inside the block).
         self._lock = threading.RLock()
         self._closed = False
-        #: Partitions with a record acknowledged after its lock ran out, since the last commit.
-        self._late: dict[PartitionKey, set[int]] = {}
-        #: Of those, the ones no WARNING named yet, and the longest time one was held.
-        self._unsaid: dict[PartitionKey, set[int]] = {}
-        self._unsaid_held = 0.0
         self._started = False
         #: What the application subscribed to, and its pause marks (S6).
         self._wanted: list[str] | None = None
@@ -179,11 +167,10 @@ class SafeShareConsumer(ShareConsumer):
         self._paused_patterns: list[re.Pattern[str]] = []
         #: The subscription librdkafka has is to change at the next poll() (a pause mark changed).
         self._resubscribe = False
-        #: Records acknowledged after their lock ran out.
-        self.lock_overruns = 0
         #: Records given back before their locks ran out because the application had not reached them.
         self.released_early = 0
         self._telemetry = ShareTelemetry(self._group, meter_provider=meter_provider, tracer_provider=tracer_provider)
+        self._overruns = Overruns(self._group, self._telemetry)
         self._writer = DeadLetterWriter(self._group, admin_config(conf, "dead-letters"))
         telemetry = self._telemetry
         me = weakref.ref(self)
@@ -366,7 +353,7 @@ class SafeShareConsumer(ShareConsumer):
         if not self._closed:
             self._came_back(accept=self._implicit, committing=True)
         result = super().commit_sync(*args, **kwargs)
-        return self._with_late(result)
+        return self._overruns.answer(result)
 
     def commit_async(self, *args: Any, **kwargs: Any) -> None:
         with self._lock:
@@ -384,7 +371,7 @@ class SafeShareConsumer(ShareConsumer):
             # S2: what the application was handed and never came back after goes back at once.
             with contextlib.suppress(Exception):
                 self._release_at_close()
-            self._say_late()
+            self._overruns.say(self._settings.lock_seconds)
         try:
             super().close(*args, **kwargs)
         finally:
@@ -491,6 +478,11 @@ class SafeShareConsumer(ShareConsumer):
         return sorted(t for t in self._wanted or [] if self._is_paused(t))
 
     @property
+    def lock_overruns(self) -> int:
+        """Records whose acknowledgements went after their acquisition lock ran out."""
+        return self._overruns.count
+
+    @property
     def poison(self) -> PoisonHandler:
         """The poison policy at work (``skipped``, ``dead_lettered`` counts)."""
         return self._poison
@@ -561,28 +553,29 @@ class SafeShareConsumer(ShareConsumer):
         batch.settled.add(id(message))
         self._telemetry.acknowledged(_ACK_NAMES[ack_type])
 
-    def _release(self, batch: Batch, records: list[Message]) -> None:
-        """Release records the application was not handed (or never came back after), now."""
+    def _release(self, batch: Batch, records: list[Message], *, sync: bool = False) -> None:
+        """Release records now (sent at once: ``commit_async()``, or ``commit_sync()`` with ``sync``).
+        A record no longer in flight (acknowledged and sent) is left as it is."""
+        if not records:
+            return
         for message in records:
             with contextlib.suppress(KafkaException):
                 super().acknowledge(message, AcknowledgeType.RELEASE)
-            batch.settled.add(id(message))
-        if records:
-            self._telemetry.acknowledged("release", len(records))
-            super().commit_async()  # given back now, not at the next call
+        batch.settled.update(map(id, records))
+        self._telemetry.acknowledged("release", len(records))
+        if sync:
+            super().commit_sync(10.0)
+        else:
+            super().commit_async()
 
     def _flush_pending(self, batch: Batch) -> None:
         """Release the records the watch cut from the batch (on the application's thread)."""
         if not batch.pending:
             return
         cut = batch.take_pending()
-        for message in cut:
-            with contextlib.suppress(KafkaException):
-                super().acknowledge(message, AcknowledgeType.RELEASE)
+        self._release(batch, cut)
         self.released_early += len(cut)
-        self._telemetry.acknowledged("release", len(cut))
         self._telemetry.released_early(len(cut), "not_reached")
-        super().commit_async()
         logger.info(
             "share group %r: gave back %d record(s) not reached after %.1f s of the group's %.1f s acquisition lock, "
             "so that another member takes them now",
@@ -615,7 +608,7 @@ class SafeShareConsumer(ShareConsumer):
     def _came_back(self, *, accept: bool, committing: bool = False) -> None:
         """The application called ``poll()`` or ``commit_*()``: what was cut is released; in implicit
         mode every record it was handed is accepted (upstream accepts the whole batch then); a batch
-        whose locks ran out before its acknowledgements go is reported (:meth:`_say_late`)."""
+        whose locks ran out before its acknowledgements go is reported (:class:`._overruns.Overruns`)."""
         batch = self._batch
         if batch is None:
             return
@@ -633,11 +626,11 @@ class SafeShareConsumer(ShareConsumer):
         now = time.monotonic()
         if now > batch.lock_end and not batch.committed_in_time:
             late = batch.handed_out() if not accept else [m for m in batch.records if m.error() is None]
-            self._late_records(late, now - batch.at)
+            self._overruns.add(late, now - batch.at)
             batch.committed_in_time = True  # said once per batch
         elif committing:
             batch.committed_in_time = True
-        self._say_late()
+        self._overruns.say(self._settings.lock_seconds)
 
     def _release_at_close(self) -> None:
         batch = self._batch
@@ -645,14 +638,7 @@ class SafeShareConsumer(ShareConsumer):
             return
         if not self._implicit:
             super().commit_sync(10.0)  # the application's own acknowledgements go first: none is overridden
-        batch.cut(keep_handled=False)
-        self._flush_pending(batch)
-        rest = [m for m in batch.unsettled() if id(m) not in batch.settled]
-        for message in rest:
-            with contextlib.suppress(KafkaException):  # acknowledged and sent: no longer in flight
-                super().acknowledge(message, AcknowledgeType.RELEASE)
-        if rest:
-            super().commit_sync(10.0)
+        self._release(batch, batch.unsettled(), sync=True)
 
     def _still_locked(self, message: Message) -> bool:
         batch = self._batch
@@ -686,60 +672,6 @@ class SafeShareConsumer(ShareConsumer):
                     exc,
                 )
 
-    # -- lock overruns ----------------------------------------------------------------------
-    def _late_records(self, records: list[Message], held: float) -> None:
-        """Records whose acknowledgements go after their lock ran out: counted now, said once (:meth:`_say_late`)."""
-        keys = [(m.topic(), m.partition(), m.offset()) for m in records]
-        self._telemetry.lock_overrun(len(keys))
-        for topic, partition, offset in keys:
-            if topic is None or partition is None or offset is None:
-                continue
-            self.lock_overruns += 1
-            self._late.setdefault((topic, partition), set()).add(offset)
-            self._unsaid.setdefault((topic, partition), set()).add(offset)
-        if keys:
-            self._unsaid_held = max(self._unsaid_held, held)
-
-    def _say_late(self) -> None:
-        """One WARNING for the late acknowledgements not said yet."""
-        unsaid, self._unsaid = self._unsaid, {}
-        held, self._unsaid_held = self._unsaid_held, 0.0
-        if not unsaid:
-            return
-        named = ", ".join(
-            f"{topic} [{partition}] @ {min(offsets)}" + (f"..{max(offsets)}" if len(offsets) > 1 else "")
-            for (topic, partition), offsets in sorted(unsaid.items())
-        )
-        logger.warning(
-            "share group %r: %d record(s) acknowledged %.1f s after they were handed out, past the group's "
-            "%.1f s acquisition lock (share.record.lock.duration.ms): another member may have processed them too: %s",
-            self._group,
-            sum(len(offsets) for offsets in unsaid.values()),
-            held,
-            self._settings.lock_seconds,
-            named,
-        )
-
-    def _with_late(self, result: Any) -> Any:
-        """``commit_sync()``'s result with :class:`LockExpiredError` for each partition that had a
-        record acknowledged late: in place of upstream's ``None`` (the records were handed to a peer,
-        which took them: the broker answers success) or of its INVALID_RECORD_STATE (nobody took them)."""
-        late, self._late = self._late, {}
-        if not late or not isinstance(result, dict):
-            return result
-        for key, offsets in late.items():
-            tp = next((tp for tp in result if (tp.topic, tp.partition) == key), None) or TopicPartition(*key)
-            answer = result.get(tp)
-            text = (
-                f"{len(offsets)} record(s) of {key[0]} [{key[1]}] from offset {min(offsets)} were acknowledged after "
-                "their acquisition lock ran out; another member may have processed them"
-            )
-            if answer is None:
-                result[tp] = LockExpiredError(KafkaError(KafkaError.INVALID_RECORD_STATE, text))
-            elif isinstance(answer, KafkaException) and _code(answer) == KafkaError.INVALID_RECORD_STATE:
-                result[tp] = LockExpiredError(answer.args[0])  # upstream's KafkaError, kept
-        return result
-
 
 #: ACCEPT as the int upstream's acknowledge() takes (no enum conversion per record).
 _ACCEPT = int(AcknowledgeType.ACCEPT)
@@ -763,11 +695,6 @@ def _call(ref: weakref.ref[SafeShareConsumer], method: str, *args: Any, default:
     """``method`` of the consumer ``ref`` points to, if it is still alive (else ``default``)."""
     consumer = ref()
     return default if consumer is None else getattr(consumer, method)(*args)
-
-
-def _code(exc: KafkaException) -> int | None:
-    error = exc.args[0] if exc.args else None
-    return error.code() if isinstance(error, KafkaError) else None
 
 
 #: The confluent-kafka releases SafeShareConsumer is tested with (upstream's share consumer is a
