@@ -8,6 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from safeconsumer import FatalConsumerError, SafeConsumer
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
@@ -187,3 +193,12 @@ class RefusingSink:
         if any(m.value() == b"poison" for m in records):
             raise ValueError("the sink refuses this record")
         self.files(records)
+
+
+def set_group_config(kafka: KafkaTestKit, group: str, **settings: str) -> None:
+    """Set group configs on the broker (``share_record_lock_duration_ms="2000"`` for the dotted name)."""
+    entries = [
+        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()
+    ]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    kafka.admin.incremental_alter_configs([resource])[resource].result(timeout=15)

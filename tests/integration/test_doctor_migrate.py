@@ -24,8 +24,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AlterConfigOpType,
-    ConfigEntry,
     ConfigResource,
     ResourceType,
 )
@@ -33,7 +31,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from safeconsumer.health._explainer import HELPER_LOG
 from safeconsumer.testing import Broker, KafkaTestKit, wait_until
 
-from ..support import Received, pump
+from ..support import Received, pump, set_group_config
 from .test_doctor import ROOT, _doctor
 
 #: A broker whose group coordinator speaks only the classic protocol (valid in Kafka 4.x).
@@ -110,14 +108,7 @@ def test_a_clean_config_on_a_range_group_is_ready(kafka: KafkaTestKit, tmp_path:
 def test_classic_only_keys_are_named_with_the_group_s_values(kafka: KafkaTestKit, tmp_path: Path) -> None:
     """The group's session timeout set on the group (20 s); its heartbeat the broker's default."""
     topic, group = kafka.create_topic(partitions=2), kafka.name("g")
-    own = ConfigResource(
-        ResourceType.GROUP,
-        group,
-        incremental_configs=[
-            ConfigEntry("consumer.session.timeout.ms", "20000", incremental_operation=AlterConfigOpType.SET)
-        ],
-    )
-    kafka.admin.incremental_alter_configs([own])[own].result(timeout=15)
+    set_group_config(kafka, group, consumer_session_timeout_ms="20000")
     heartbeat = _broker_setting(kafka, "group.consumer.heartbeat.interval.ms")
     a = _classic(kafka, group, topic, "range", "orders")
     members = [(a, Received())]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -492,10 +493,20 @@ def test_a_rebalance_mid_retry_ends_the_retries_and_the_new_owner_gets_the_recor
         wait_until(lambda: len(processed) >= 4, timeout=90, what="the 4 good records", step=step)
     finally:
         stop.set()
-    assert kafka.end_offsets(dlq) == {0: 2}, f"dead-lettered: {kafka.end_offsets(dlq)}; processed {processed}"
-    origins = sorted(_origin(m) for m in read_all(kafka, dlq, 2))
-    assert origins == [(0, 0), (1, 0)], "each failing record dead-lettered exactly once"
-    assert sorted((p, o) for _, p, o in processed) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    # A member whose session the broker ended (heartbeats unanswered on a loaded machine: the log
+    # says "lost N partition(s)") hands its uncommitted records to the next owner, at least once.
+    # Only then may a record be dead-lettered or processed twice; each one is still there.
+    lost = [r for r in caplog.records if re.match(r"lost \d+ partition", r.getMessage())]
+    dead = kafka.end_offsets(dlq)[0]
+    origins = sorted(_origin(m) for m in read_all(kafka, dlq, dead))
+    seen = sorted((p, o) for _, p, o in processed)
+    if lost:
+        assert sorted(set(origins)) == [(0, 0), (1, 0)], f"dead-lettered {origins}; processed {processed}"
+        assert sorted(set(seen)) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    else:
+        assert dead == 2, f"dead-lettered: {origins}; processed {processed}"
+        assert origins == [(0, 0), (1, 0)], "each failing record dead-lettered exactly once"
+        assert seen == [(0, 1), (0, 2), (1, 1), (1, 2)]
     moved = first[0].partition() in {tp.partition for tp in b.assignment()}
     stopped = [r for r in caplog.records if "stopped retrying" in r.getMessage()]
     if moved:

@@ -23,31 +23,18 @@ from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, KafkaError, Message, ShareConsumer
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
 
 from safeconsumer import DeadLetter, Skip
 from safeconsumer.share import LockExpiredError, SafeShareConsumer
 from safeconsumer.testing import KafkaTestKit, wait_until
+
+from ..support import set_group_config
 
 MODES = ("implicit", "explicit")
 
 #: One worker runs them one after the other in ``make test``'s parallel phase: each holds share-group
 #: members heartbeating every 0.5 s, and timing-sensitive tests elsewhere must not starve.
 pytestmark = pytest.mark.xdist_group("share-groups")
-
-
-def _set_group(kafka: KafkaTestKit, group: str, **settings: str) -> None:
-    """Set share-group configs (``share_record_lock_duration_ms="2000"`` for the dotted name)."""
-    entries = [
-        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()
-    ]
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
-    kafka.admin.incremental_alter_configs([resource])[resource].result(timeout=15)
 
 
 def _conf(kafka: KafkaTestKit, group: str, mode: str = "implicit") -> dict[str, Any]:
@@ -112,7 +99,7 @@ def test_raw_lock_overrun_hands_records_to_a_peer_and_reports_success(
     kafka: KafkaTestKit, closing: list[ShareConsumer]
 ) -> None:
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="2000")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="2000")
     kafka.produce(topic, 20, partitions=1)
     a = ShareConsumer(_conf(kafka, group, "explicit"))
     closing.append(a)
@@ -136,7 +123,7 @@ def test_raw_record_released_up_to_the_limit_is_archived_silently(
     kafka: KafkaTestKit, closing: list[ShareConsumer]
 ) -> None:
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_delivery_count_limit="2")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_delivery_count_limit="2")
     kafka.produce(topic, 1, partitions=1)
     c = ShareConsumer(_conf(kafka, group, "explicit"))
     closing.append(c)
@@ -172,7 +159,7 @@ def test_raw_close_in_implicit_mode_gives_an_unfinished_batch_back(
     kafka: KafkaTestKit, closing: list[ShareConsumer]
 ) -> None:
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest")
     kafka.produce(topic, 50, partitions=1)
     a = ShareConsumer(_conf(kafka, group))
     a.subscribe([topic])
@@ -249,7 +236,7 @@ def test_an_acknowledgement_after_the_lock_ran_out_is_reported(
     ``commit_sync()`` answers LockExpiredError for the partition."""
     caplog.set_level(logging.WARNING, logger="safeconsumer")
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="2000")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="2000")
     kafka.produce(topic, 20, partitions=1)
     a = SafeShareConsumer(_conf(kafka, group, mode))
     closing.append(a)
@@ -281,7 +268,7 @@ def test_a_late_acknowledgement_nobody_took_is_a_lock_expired_error_too(
     """No peer took the records: upstream answers INVALID_RECORD_STATE, which becomes the same
     LockExpiredError (upstream's KafkaError kept)."""
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="1000")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="1000")
     kafka.produce(topic, 5, partitions=1)
     a = SafeShareConsumer(_conf(kafka, group, mode))
     closing.append(a)
@@ -350,7 +337,7 @@ def test_close_gives_back_what_the_application_never_came_back_after(
     kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str
 ) -> None:
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
     kafka.produce(topic, 30, partitions=1)
     a = SafeShareConsumer(_conf(kafka, group, mode))
     a.subscribe([topic])
@@ -367,7 +354,7 @@ def test_a_handler_that_raises_gives_its_record_back_at_once(
     kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str
 ) -> None:
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
     kafka.produce(topic, 1, partitions=1)
     c = SafeShareConsumer(_conf(kafka, group, mode))
     closing.append(c)
@@ -409,7 +396,7 @@ def test_skip_rejects_a_failed_record_with_a_warning(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="safeconsumer")
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
     kafka.produce(topic, 3, partitions=1)
     c = SafeShareConsumer(_conf(kafka, group, mode), poison=Skip())
     closing.append(c)
@@ -431,7 +418,7 @@ def test_dead_letter_writes_a_failed_record_before_rejecting_it(
     kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str
 ) -> None:
     topic, group, dlt = kafka.create_topic(partitions=1), kafka.name("g"), kafka.create_topic(partitions=1)
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
     kafka.produce(topic, 3, partitions=1)
     c = SafeShareConsumer(_conf(kafka, group, mode), poison=DeadLetter(dlt, retries=1, backoff=0.05))
     closing.append(c)
@@ -452,7 +439,7 @@ def test_a_record_on_its_last_delivery_is_in_the_dead_letter_topic_before_the_ap
     """S4: with the group's limit at 2, the second delivery is the last: the broker archives the
     record if it is not accepted then. A copy is written first, whatever the application does next."""
     topic, group, dlt = kafka.create_topic(partitions=1), kafka.name("g"), kafka.create_topic(partitions=1)
-    _set_group(
+    set_group_config(
         kafka,
         group,
         share_auto_offset_reset="earliest",
@@ -481,7 +468,7 @@ def test_a_slow_loop_gives_back_what_it_has_not_reached_before_the_locks_run_out
     records once the batch held its locks for 3/4 of the lock; what it did not hand out goes to a
     peer at once, and nothing is processed twice."""
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="4000")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="4000")
     kafka.produce(topic, 20, partitions=1)
     a = SafeShareConsumer(_conf(kafka, group))
     closing.append(a)
@@ -509,7 +496,7 @@ def test_keepalive_gives_back_the_rest_of_the_batch_during_long_work(
 ) -> None:
     caplog.set_level(logging.INFO, logger="safeconsumer")
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="4000")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="4000")
     kafka.produce(topic, 20, partitions=1)
     a = SafeShareConsumer(_conf(kafka, group, "explicit"))
     closing.append(a)
@@ -567,7 +554,7 @@ def test_a_paused_topic_delivers_nothing_and_loses_nothing(
     """Paused before anything was acquired: not one record of it comes until it is resumed, then
     every one comes on its first delivery (pausing counted no delivery)."""
     keep, stop, group = kafka.create_topic(partitions=1), kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
     c = SafeShareConsumer(_conf(kafka, group, mode))
     closing.append(c)
     if how == "name":
@@ -609,7 +596,7 @@ def test_pausing_gives_back_what_was_handed_out_and_not_reached(
     """Records of a topic acquired before it was paused go back at once (not at lock expiry); the
     acquisition counted their delivery, so they come again with delivery count 2 after the resume."""
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
     kafka.produce(topic, 20, partitions=1)
     c = SafeShareConsumer(_conf(kafka, group))
     closing.append(c)
@@ -639,7 +626,7 @@ def test_a_dropped_consumer_is_destroyed_with_its_last_reference(kafka: KafkaTes
     """S8: no reference cycle keeps it (the poison handler and the batches it hands out hold it
     weakly), so it goes when the application drops it, as a raw ShareConsumer does."""
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest")
     kafka.produce(topic, 5, partitions=1)
     c = SafeShareConsumer(_conf(kafka, group, mode), poison=Skip())
     c.subscribe([topic])
@@ -656,7 +643,7 @@ def test_raw_a_local_acknowledgement_can_be_overridden_until_it_is_sent(
     """Why SafeShareConsumer's close() sends the application's acknowledgements before it releases
     the rest: a record acknowledged but not yet committed takes a second acknowledgement silently."""
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest")
     kafka.produce(topic, 3, partitions=1)
     c = ShareConsumer(_conf(kafka, group, "explicit"))
     closing.append(c)
@@ -677,7 +664,7 @@ def test_close_in_explicit_mode_keeps_the_application_s_acknowledgements(
     kafka: KafkaTestKit, closing: list[ShareConsumer]
 ) -> None:
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    _set_group(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
     kafka.produce(topic, 10, partitions=1)
     a = SafeShareConsumer(_conf(kafka, group, "explicit"))
     a.subscribe([topic])

@@ -19,7 +19,7 @@ from confluent_kafka import TopicPartition
 from safeconsumer import EXIT_FATAL, FatalConsumerError, GroupMaxSizeReachedError, SafeConsumer
 from safeconsumer.testing import KafkaTestKit, Protocol
 
-from ..support import Received, keys, pump, pump_for
+from ..support import Received, keys, pump, pump_for, set_group_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,9 +144,15 @@ def test_a_static_member_restarted_into_its_full_group_is_refused_then_admitted_
     Restarted once the old session has expired (the broker then counts one member), it is admitted."""
     kafka = full_group_kafka
     topic, group, instance = kafka.create_topic(partitions=2), kafka.name("g"), kafka.name("worker")
+    # The refusal needs the restart to reach the broker before the old incarnation's session ends;
+    # with the suite's 6 s sessions a loaded machine (CI) restarted too late and was simply admitted.
+    # 20 s leaves room under load; the last steps wait for that expiry.
+    session = {"session_timeout_ms": 20000} if protocol != "consumer" else {}
+    if protocol == "consumer":
+        set_group_config(kafka, group, consumer_session_timeout_ms="20000")
 
     def worker() -> SafeConsumer:
-        c = SafeConsumer(kafka.consumer_conf(group, protocol, group_instance_id=instance))
+        c = SafeConsumer(kafka.consumer_conf(group, protocol, group_instance_id=instance, **session))
         c.subscribe([topic])
         return c
 
