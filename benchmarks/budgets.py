@@ -6,8 +6,9 @@ One broker (the embedded one unless KAFKA_BOOTSTRAP_SERVERS is set), then, each 
 alternating with its peers (the order rotates by round), medians over rounds:
 
 - what ``consume(500)`` adds per record on a prefilled local queue, in wall time and in the main
-  thread's CPU (:mod:`benchmarks.per_record`: each measurement a child process of its own; the
-  median of the per-round differences to raw);
+  thread's CPU (:mod:`benchmarks.per_record`: each measurement a child process of its own, every
+  contender's passes in its fast mode compared; the median of the per-round differences to raw),
+  and the wrapper alone with librdkafka taken out (reported);
 - throughput from the broker, ``consume(500)`` (reported, not judged) and ``poll()``: raw
   ``Consumer``, ``SafeConsumer``, and ``SafeConsumer`` with an OpenTelemetry SDK attached (meter
   provider with a reader, tracer provider), ``--records`` records of 100 B (as
@@ -55,7 +56,7 @@ from safeconsumer.testing import KafkaTestKit, start_broker
 
 from .aio import _confluent
 from .parked_cpu import parked_cpu
-from .per_record import added, side_by_side
+from .per_record import isolated, side_by_side
 from .report import rows
 from .rss_trace import trace
 from .throughput import Factory, _conf, _first_record, _peak_rss_mb, _read_all, _side_by_side, _with_sdk, median_ratio
@@ -124,12 +125,19 @@ def _per_record(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> 
     lines = []
     for clock, label in (("wall", "wall time"), ("cpu", "main-thread CPU")):
         for kind, what, bound in (("safe", "", 25.0), ("otel", ", OpenTelemetry SDK attached", 40.0)):
-            fig = added(got[clock], kind)
+            fig = got.added(kind, clock)
             lines.append(
                 Line(
                     f"`consume(500)` adds per record, {label}{what}", fig.median, bound, False, " ns", fig.low, fig.high
                 )
             )
+    alone = isolated()  # deterministic: the same code, without librdkafka's per-instance modes
+    alone_line = "`consume(500)` adds per record, the wrapper alone (reported)"
+    lines.append(Line(alone_line, alone["adds"], None, False, " ns"))
+    lines.append(Line("... of which the error-event scan (reported)", alone["scan"], None, False, " ns"))
+    for kind in ("raw", "safe", "otel"):
+        slow, every = got.slow(kind)
+        print(f"  consume(500) {kind}: {slow} of {every} passes in the slow mode (left out of the figures)")
     return lines
 
 

@@ -25,7 +25,7 @@ from .consumer._facade import SafeConsumer, delivery_stats
 from .consumer._pause import PauseState
 from .consumer._retry import CommitRetry
 from .poison._policy import DeadLetter, DeadLetterError, PoisonLimitError, Skip
-from .share import LockExpiredError, SafeShareConsumer
+from .share import LockExpiredError, SafeDeserializingShareConsumer, SafeShareConsumer
 
 __all__ = [
     "AuthenticationFailedError",
@@ -47,6 +47,7 @@ __all__ = [
     "SafeConsumer",
     "SafeConsumerError",
     "SafeDeserializingConsumer",
+    "SafeDeserializingShareConsumer",
     "SafeShareConsumer",
     "Skip",
     "__version__",

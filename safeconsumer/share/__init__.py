@@ -7,12 +7,14 @@
 - :mod:`._overruns`: acknowledgements that went after their lock ran out.
 - :mod:`._telemetry`: the share metrics.
 - :mod:`._consumer`: the consumer.
+- :mod:`._deserializing`: the drop-in for ``DeserializingShareConsumer`` on it.
 """
 
 from __future__ import annotations
 
 from ._consumer import TESTED_WITH, SafeShareConsumer
+from ._deserializing import SafeDeserializingShareConsumer
 from ._group import GroupSettings
 from ._overruns import LockExpiredError
 
-__all__ = ["TESTED_WITH", "GroupSettings", "LockExpiredError", "SafeShareConsumer"]
+__all__ = ["TESTED_WITH", "GroupSettings", "LockExpiredError", "SafeDeserializingShareConsumer", "SafeShareConsumer"]

@@ -21,10 +21,20 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 
-from confluent_kafka import Message, Messages
+from confluent_kafka import KafkaError, Message, Messages
 
 #: The share of the group's lock after which records the application has not reached are given back.
 RELEASE_AT = 0.75
+
+#: Error codes a record carries when its key or value could not be deserialized (upstream's
+#: ``DeserializingShareConsumer`` leaves it in the batch, acquired and acknowledgeable).
+DESERIALIZATION = frozenset({KafkaError._KEY_DESERIALIZATION, KafkaError._VALUE_DESERIALIZATION})
+
+
+def is_record(message: Message) -> bool:
+    """A record of the batch (acquired: to be acknowledged), not an error event librdkafka returned."""
+    error = message.error()
+    return error is None or error.code() in DESERIALIZATION
 
 
 class Batch:
@@ -88,8 +98,8 @@ class Batch:
         librdkafka acknowledged them)."""
         settled = self.settled
         if not settled:
-            return [m for m in self.records if m.error() is None]
-        return [m for m in self.records if id(m) not in settled and m.error() is None]
+            return [m for m in self.records if m.error() is None or is_record(m)]
+        return [m for m in self.records if id(m) not in settled and (m.error() is None or is_record(m))]
 
 
 class SafeMessages(Messages):

@@ -58,7 +58,7 @@ from .._errors import FatalConsumerError, consumer_closed
 from ..consumer._pause import parse_topic_entries
 from ..health._explainer import HELPER_LOG, admin_config
 from ..poison._policy import DeadLetter, DeadLetterWriter, PoisonHandler, check_policy
-from ._batch import WATCH, Batch, SafeMessages
+from ._batch import WATCH, Batch, SafeMessages, is_record
 from ._group import STARTS, GroupSettings, Start, group_exists, read_settings, records_held, set_start
 from ._overruns import Overruns
 from ._telemetry import ShareTelemetry
@@ -319,6 +319,15 @@ class SafeShareConsumer(ShareConsumer):
             self._batch = None
             return messages
         batch = self._batch = Batch(records, self._settings.lock_seconds)
+        if self._withholds:
+            try:
+                self._withhold(batch)
+            except BaseException:  # the application gets none of it: all back to the group at once (S2)
+                self._release(batch, batch.unsettled())
+                self._batch = None
+                raise
+            if not batch.records:
+                return SafeMessages([], None)
         if self._implicit:  # the application does not call the consumer while it works: the watch may release
             me = weakref.ref(self)
             batch.on_cut = lambda cut: _call(me, "_flush_from_watch", cut)
@@ -330,7 +339,14 @@ class SafeShareConsumer(ShareConsumer):
                     self._telemetry.redelivered(count)
         if isinstance(self._poison.policy, DeadLetter):
             self._last_deliveries(records, self._poison.policy)
-        return SafeMessages(records, batch)
+        return SafeMessages(batch.records, batch)
+
+    #: Whether :meth:`_withhold` looks at each new batch (a subclass's; see SafeDeserializingShareConsumer).
+    _withholds = False
+
+    def _withhold(self, batch: Batch) -> None:
+        """Take out of a new batch (lock held, before anything of it is handed out) the records the
+        application must not get, each settled, editing ``batch.records`` and ``batch.live`` in place."""
 
     # acknowledge() and acknowledge_offset() are upstream's own in explicit mode (not wrapped: an
     # application acknowledges every record, and a wrapper would cost each call); an implicit-mode
@@ -547,7 +563,7 @@ class SafeShareConsumer(ShareConsumer):
     def _settle(self, message: Message, ack_type: AcknowledgeType) -> None:
         """Acknowledge one record for the application (``ack_type``), once."""
         batch = self._batch
-        if batch is None or id(message) in batch.settled or message.error() is not None:
+        if batch is None or id(message) in batch.settled or not is_record(message):
             return
         super().acknowledge(message, ack_type)
         batch.settled.add(id(message))
@@ -625,7 +641,7 @@ class SafeShareConsumer(ShareConsumer):
             self._telemetry.acknowledged("accept", len(records))
         now = time.monotonic()
         if now > batch.lock_end and not batch.committed_in_time:
-            late = batch.handed_out() if not accept else [m for m in batch.records if m.error() is None]
+            late = batch.handed_out() if not accept else [m for m in batch.records if is_record(m)]
             self._overruns.add(late, now - batch.at)
             batch.committed_in_time = True  # said once per batch
         elif committing:

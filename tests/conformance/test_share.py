@@ -1,4 +1,5 @@
-"""S1: ``SafeShareConsumer`` against the installed ``confluent_kafka.ShareConsumer``, without a broker.
+"""S1: ``SafeShareConsumer`` against the installed ``confluent_kafka.ShareConsumer``, and
+``SafeDeserializingShareConsumer`` against ``DeserializingShareConsumer``, without a broker.
 
 Every case runs on both classes, in both acknowledgement modes, with the same config and arguments,
 and must end the same way: the same return value, or the same exception type with exactly
@@ -13,13 +14,23 @@ from functools import partial
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Message, ShareConsumer
+from confluent_kafka import AcknowledgeType, DeserializingShareConsumer, Message, ShareConsumer
 
-from safeconsumer import SafeShareConsumer
+from safeconsumer import SafeDeserializingShareConsumer, SafeShareConsumer
 
 from .harness import BOOTSTRAP
 
 Case = Callable[[ShareConsumer], object]
+
+#: (upstream's class, ours, extra config): every case runs on each pair.
+PAIRS = {
+    "ShareConsumer": (ShareConsumer, SafeShareConsumer, {}),
+    "DeserializingShareConsumer": (
+        DeserializingShareConsumer,
+        SafeDeserializingShareConsumer,
+        {"value.deserializer": lambda v, _ctx: v, "key.deserializer": lambda k, _ctx: k},
+    ),
+}
 
 
 def _conf(mode: str, **extra: Any) -> dict[str, Any]:
@@ -69,14 +80,16 @@ CASES: dict[str, Case] = {
 }
 
 
+@pytest.mark.parametrize("pair", sorted(PAIRS))
 @pytest.mark.parametrize("mode", ["implicit", "explicit"])
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("closed", [False, True], ids=["open", "closed"])
-def test_each_call_ends_as_upstream_s(name: str, mode: str, closed: bool) -> None:
+def test_each_call_ends_as_upstream_s(name: str, mode: str, closed: bool, pair: str) -> None:
     case = CASES[name]
+    upstream, ours, extra = PAIRS[pair]
     outcomes = []
-    for cls in (ShareConsumer, SafeShareConsumer):
-        c = cls(_conf(mode))
+    for cls in (upstream, ours):
+        c = cls(_conf(mode, **extra))
         if closed:
             c.close()
         try:
@@ -101,18 +114,21 @@ def _made_and_closed(cls: type[ShareConsumer], conf: dict[str, Any]) -> None:
     ],
     ids=lambda c: next(iter(c)),
 )
-def test_the_constructor_answers_as_upstream_s(conf: dict[str, Any]) -> None:
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_the_constructor_answers_as_upstream_s(conf: dict[str, Any], pair: str) -> None:
+    upstream, ours, extra = PAIRS[pair]
     outcomes = [
-        _outcome(partial(_made_and_closed, cls, {**_conf("implicit"), **conf}))
-        for cls in (ShareConsumer, SafeShareConsumer)
+        _outcome(partial(_made_and_closed, cls, {**_conf("implicit", **extra), **conf})) for cls in (upstream, ours)
     ]
     assert outcomes[1] == outcomes[0]
 
 
-def test_a_context_manager_closes_as_upstream_s() -> None:
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_a_context_manager_closes_as_upstream_s(pair: str) -> None:
+    upstream, ours, extra = PAIRS[pair]
     outcomes = []
-    for cls in (ShareConsumer, SafeShareConsumer):
-        with cls(_conf("explicit")) as c:
+    for cls in (upstream, ours):
+        with cls(_conf("explicit", **extra)) as c:
             assert c.subscription() == []
         outcomes.append((_outcome(partial(c.poll, 0)), _outcome(partial(c.subscribe, ["t"]))))
     assert outcomes[1] == outcomes[0]
