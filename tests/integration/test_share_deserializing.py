@@ -160,7 +160,8 @@ def test_skip_rejects_it_with_a_warning(
     assert _values(_read(c, 2, ack=False)) == ["0", "2"]
     assert c.poison.skipped == 1
     assert [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()] == [
-        f"skipped a record that failed to deserialize: {topic} [0] at offset 1 (confluent_kafka.error.ValueDeserializationError)"
+        f"skipped a record that failed to deserialize: {topic} [0] at offset 1"
+        " (confluent_kafka.error.ValueDeserializationError)"
     ]
     assert _rejected(kafka, c, topic, group, "implicit") == [3]
 
