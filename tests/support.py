@@ -19,7 +19,7 @@ from safeconsumer import FatalConsumerError, SafeConsumer
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 #: A broker whose groups take two members at most (classic and KIP-848): a third is refused.
-FULL_GROUP_LIMITS = {"group.max.size": "2", "group.consumer.max.size": "2"}
+FULL_GROUP_LIMITS = {"group.max.size": "2", "group.consumer.max.size": "2", "group.share.max.size": "2"}
 
 
 @dataclass

@@ -27,6 +27,13 @@
   the application subscribed to. While every subscribed topic is paused, ``poll()`` waits its timeout
   (at most :data:`PAUSED_POLL` seconds when it is infinite) and returns an empty batch.
 
+- **S7 fatal on group size.** A member the broker refuses because the share group reached
+  ``group.share.max.size`` gets :class:`GroupMaxSizeReachedError` (raw librdkafka raises its fatal
+  error from one ``poll()`` and answers every later one with an empty batch); any other fatal client
+  error a :class:`FatalConsumerError`. The consumer closes (what it held is released), and every later
+  call raises the same error; with ``on_fatal="exit"`` the process exits (78 for the group size, 70
+  otherwise), as SafeConsumer does.
+
 Everything else is upstream's: the same methods, arguments, return types and errors (an implicit
 mode call upstream refuses is refused with upstream's own exception, asked of an implicit-mode
 ``ShareConsumer`` that never connects anywhere).
@@ -54,7 +61,15 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from .._errors import FatalConsumerError, consumer_closed
+from .._errors import (
+    EXIT_FATAL,
+    EXIT_GROUP_MAX_SIZE,
+    FatalConsumerError,
+    GroupMaxSizeReachedError,
+    consumer_closed,
+    is_group_max_size,
+)
+from ..consumer._lifecycle import FatalPolicy, exit_process
 from ..consumer._pause import parse_topic_entries
 from ..health._explainer import HELPER_LOG, admin_config
 from ..poison._policy import DeadLetter, DeadLetterWriter, PoisonHandler, check_policy
@@ -127,6 +142,8 @@ class SafeShareConsumer(ShareConsumer):
     group's own setting, ``latest`` unless its operators set one).
     ``poison``: ``None`` (upstream's behaviour), ``Skip()`` or ``DeadLetter(topic, ...)``, used by
     :meth:`handle` and for records on their last delivery.
+    ``on_fatal``: what a fatal error does once the consumer has closed: ``"raise"`` it (and every
+    later call raises it too) or ``"exit"`` the process (78 when the group is full, else 70).
     ``meter_provider`` / ``tracer_provider``: OpenTelemetry providers for its metrics and spans
     (default the global ones; nothing is loaded until OpenTelemetry is).
     """
@@ -136,11 +153,17 @@ class SafeShareConsumer(ShareConsumer):
         *args: Any,
         start: str | None = None,
         poison: object = None,
+        on_fatal: FatalPolicy = "raise",
         meter_provider: Any = None,
         tracer_provider: Any = None,
         **kwargs: Any,
     ) -> None:
         self._start = _start(start)
+        if on_fatal not in ("raise", "exit"):
+            raise ValueError(f"on_fatal must be 'raise' or 'exit', got {on_fatal!r}")
+        self._on_fatal = on_fatal
+        #: The fatal error that ended the consumer: every later call raises it.
+        self._fatal: FatalConsumerError | None = None
         policy = check_policy(poison)
         conf: Mapping[str, Any] = args[0] if args and isinstance(args[0], Mapping) else {}
         mode = conf.get(MODE_KEY, "implicit")
@@ -276,6 +299,8 @@ class SafeShareConsumer(ShareConsumer):
 
     # -- upstream's methods -----------------------------------------------------------------
     def subscribe(self, topics: list[str], *args: Any, **kwargs: Any) -> None:
+        if self._fatal is not None:
+            raise self._fatal
         valid = isinstance(topics, list) and all(isinstance(t, str) for t in topics) and not args and not kwargs
         if not self._started and valid and topics and not self._closed:
             self._started = True
@@ -289,6 +314,8 @@ class SafeShareConsumer(ShareConsumer):
         self._apply_pauses(now=True)
 
     def unsubscribe(self, *args: Any, **kwargs: Any) -> None:
+        if self._fatal is not None:
+            raise self._fatal
         super().unsubscribe(*args, **kwargs)
         self._wanted = None
 
@@ -303,6 +330,8 @@ class SafeShareConsumer(ShareConsumer):
             return self._poll(*args, **kwargs)
 
     def _poll(self, *args: Any, **kwargs: Any) -> Any:
+        if self._fatal is not None:
+            raise self._fatal
         if not self._closed:
             self._came_back(accept=self._implicit)  # implicit: what the application was handed is processed
             if self._resubscribe:
@@ -313,7 +342,11 @@ class SafeShareConsumer(ShareConsumer):
                 self._subscribe_effective()
             if self._wanted and not self._effective():
                 return self._paused_poll(*args, **kwargs)
-        messages = super().poll(*args, **kwargs)
+        try:
+            messages = super().poll(*args, **kwargs)
+        except KafkaException as exc:
+            self._maybe_fatal(exc)
+            raise
         records = messages.records()
         if not records:
             self._batch = None
@@ -366,9 +399,15 @@ class SafeShareConsumer(ShareConsumer):
             return self._commit_sync(*args, **kwargs)
 
     def _commit_sync(self, *args: Any, **kwargs: Any) -> Any:
+        if self._fatal is not None:
+            raise self._fatal
         if not self._closed:
             self._came_back(accept=self._implicit, committing=True)
-        result = super().commit_sync(*args, **kwargs)
+        try:
+            result = super().commit_sync(*args, **kwargs)
+        except KafkaException as exc:
+            self._maybe_fatal(exc)
+            raise
         return self._overruns.answer(result)
 
     def commit_async(self, *args: Any, **kwargs: Any) -> None:
@@ -376,6 +415,8 @@ class SafeShareConsumer(ShareConsumer):
             return self._commit_async(*args, **kwargs)
 
     def _commit_async(self, *args: Any, **kwargs: Any) -> None:
+        if self._fatal is not None:
+            raise self._fatal
         if args or kwargs:
             _implicit_oracle().commit_async(*args, **kwargs)  # upstream's TypeError: it takes no arguments
         if not self._closed:
@@ -408,6 +449,8 @@ class SafeShareConsumer(ShareConsumer):
         the batch the application has not reached are given back first once the batch held its
         locks for :data:`RELEASE_AT` of the group's lock.
         """
+        if self._fatal is not None:
+            raise self._fatal
         batch = self._batch
         if batch is not None:
             batch.handled.add(id(message))
@@ -505,6 +548,8 @@ class SafeShareConsumer(ShareConsumer):
 
     # -- pause (S6) -------------------------------------------------------------------------
     def _check_open(self, method: str) -> None:
+        if self._fatal is not None:
+            raise self._fatal
         if self._closed:
             raise consumer_closed((f"{method}() on a closed SafeShareConsumer",), "the consumer was closed")
 
@@ -660,10 +705,41 @@ class SafeShareConsumer(ShareConsumer):
         batch = self._batch
         return batch is not None and time.monotonic() < batch.lock_end
 
+    def _maybe_fatal(self, exc: KafkaException) -> None:
+        """S7: a fatal client error from librdkafka ends the consumer (see :meth:`_fail`); other errors
+        are left to the caller to raise."""
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is None:
+            return
+        if is_group_max_size(error):
+            fatal: FatalConsumerError = GroupMaxSizeReachedError(
+                f"share group {self._group!r} is full: the broker refused this member because the group reached "
+                "group.share.max.size (a broker setting, 200 unless its operators set one); the consumer stopped "
+                "and closed, and what it held went back to the group. Run fewer members, or raise the limit.",
+                kafka_error=error,
+                group_id=self._group,
+            )
+        elif error.fatal():
+            fatal = FatalConsumerError(
+                f"fatal client error in share group {self._group!r}: {error.str()}; the consumer closed",
+                kafka_error=error,
+                group_id=self._group,
+            )
+        else:
+            return
+        self._fail(fatal, error)
+
     def _fail(self, fatal: FatalConsumerError, _error: KafkaError) -> None:
+        """End the consumer for ``fatal``: closed (what it held released), every later call raises it;
+        ``on_fatal="exit"`` ends the process."""
+        if self._fatal is None:
+            self._fatal = fatal
+            logger.error("%s", fatal)
         with contextlib.suppress(Exception):
             self.close()
-        raise fatal
+        if self._on_fatal == "exit":
+            exit_process(EXIT_GROUP_MAX_SIZE if isinstance(fatal, GroupMaxSizeReachedError) else EXIT_FATAL)
+        raise fatal from None
 
     def _last_deliveries(self, records: list[Message], policy: DeadLetter) -> None:
         """S4: records on their last delivery go to the dead-letter topic before the application sees them."""
