@@ -40,13 +40,15 @@ def is_record(message: Message) -> bool:
 class Batch:
     """One poll's records and what became of them."""
 
-    def __init__(self, records: list[Message], lock_seconds: float) -> None:
+    def __init__(self, records: list[Message], lock_seconds: float, hold_seconds: float | None = None) -> None:
+        """``hold_seconds``: how long the member may hold the batch (the lock, or less: see the
+        consumer's ``max.poll.interval.ms``); records not reached are given back at :data:`RELEASE_AT` of it."""
         self.records = records
         #: The list the application's iterators walk; cut short to stop them.
         self.live = list(records)
         self.iterators: list[Iterator[Message]] = []
         self.at = time.monotonic()
-        self.release_at = self.at + lock_seconds * RELEASE_AT
+        self.release_at = self.at + (lock_seconds if hold_seconds is None else hold_seconds) * RELEASE_AT
         self.lock_end = self.at + lock_seconds
         #: id() of records ``handle()`` ran on (the application reached them without iterating).
         self.handled: set[int] = set()

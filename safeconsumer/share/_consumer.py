@@ -12,7 +12,10 @@
   lock: when the iterator asks for the next record, when ``handle()`` starts one, and from the
   ``keepalive()`` block's timer. A record acknowledged after its lock ran out is one WARNING per
   batch, counted in ``lock_overruns``, and ``commit_sync()`` answers :class:`LockExpiredError` for its
-  partition where upstream answers success.
+  partition where upstream answers success. Past ``max.poll.interval.ms`` librdkafka takes the member
+  out of its group (its next ``poll()`` raises upstream's ``_MAX_POLL_EXCEEDED``, the one after
+  rejoins): records not reached go back at :data:`RELEASE_AT` of that interval when it is shorter
+  than the lock, the acknowledgements already made are sent, and one WARNING says what happened.
 - **S4 never archived without a trace.** ``poison=Skip()`` rejects a record whose ``handle()`` failed
   (a WARNING, counted); ``poison=DeadLetter(...)`` writes it to the dead-letter topic and only then
   rejects it. A record handed out on its last delivery (its delivery count reached the group's
@@ -73,7 +76,7 @@ from ..consumer._lifecycle import FatalPolicy, exit_process
 from ..consumer._pause import parse_topic_entries
 from ..health._explainer import HELPER_LOG, admin_config
 from ..poison._policy import DeadLetter, DeadLetterWriter, PoisonHandler, check_policy
-from ._batch import WATCH, Batch, SafeMessages, is_record
+from ._batch import RELEASE_AT, WATCH, Batch, SafeMessages, is_record
 from ._group import STARTS, GroupSettings, Start, group_exists, read_settings, records_held, set_start
 from ._overruns import Overruns
 from ._telemetry import ShareTelemetry
@@ -173,6 +176,10 @@ class SafeShareConsumer(ShareConsumer):
             args = ({**conf, MODE_KEY: "explicit"}, *args[1:])
         super().__init__(*args, **kwargs)
         self._group = str(conf.get("group.id", ""))
+        #: Seconds between two polls after which librdkafka takes the member out of its group
+        #: (``max.poll.interval.ms``; upstream has refused a value that is not a number).
+        self._max_poll = float(conf.get("max.poll.interval.ms", 300_000)) / 1000
+        self._last_poll = time.monotonic()
         self._admin_conf = admin_config(conf, "share")
         self._admin: AdminClient | None = None
         self._settings = GroupSettings()
@@ -327,7 +334,10 @@ class SafeShareConsumer(ShareConsumer):
 
     def poll(self, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
-            return self._poll(*args, **kwargs)
+            try:
+                return self._poll(*args, **kwargs)
+            finally:
+                self._last_poll = time.monotonic()
 
     def _poll(self, *args: Any, **kwargs: Any) -> Any:
         if self._fatal is not None:
@@ -346,12 +356,14 @@ class SafeShareConsumer(ShareConsumer):
             messages = super().poll(*args, **kwargs)
         except KafkaException as exc:
             self._maybe_fatal(exc)
+            self._maybe_left(exc)
             raise
         records = messages.records()
         if not records:
             self._batch = None
             return messages
-        batch = self._batch = Batch(records, self._settings.lock_seconds)
+        lock = self._settings.lock_seconds
+        batch = self._batch = Batch(records, lock, min(lock, self._max_poll))
         if self._withholds:
             try:
                 self._withhold(batch)
@@ -704,6 +716,28 @@ class SafeShareConsumer(ShareConsumer):
     def _still_locked(self, message: Message) -> bool:
         batch = self._batch
         return batch is not None and time.monotonic() < batch.lock_end
+
+    def _maybe_left(self, exc: KafkaException) -> None:
+        """librdkafka took the member out of its group because the application did not poll within
+        ``max.poll.interval.ms``; this poll() raises upstream's ``_MAX_POLL_EXCEEDED`` and the next
+        one rejoins. What the application was handed stays settled (the acknowledgements are sent
+        now), what it had not reached went back at :data:`RELEASE_AT` of the interval; said once."""
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is None or error.code() != KafkaError._MAX_POLL_EXCEEDED:
+            return
+        with contextlib.suppress(KafkaException):
+            super().commit_sync(10.0)
+        logger.warning(
+            "share group %r: this member left its group: %.1f s passed between two poll() calls, more than "
+            "max.poll.interval.ms (%d ms); it rejoins at the next poll(). The acknowledgements of what it was "
+            "handed are kept; the records it had not reached were given back at %d%% of that interval. A share "
+            "member cannot be kept in its group while the application works (a poll acquires records): raise "
+            "max.poll.interval.ms above the longest work, or poll more often",
+            self._group,
+            time.monotonic() - self._last_poll,
+            self._max_poll * 1000,
+            RELEASE_AT * 100,
+        )
 
     def _maybe_fatal(self, exc: KafkaException) -> None:
         """S7: a fatal client error from librdkafka ends the consumer (see :meth:`_fail`); other errors

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, KafkaError, Message, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message, ShareConsumer
 
 from safeconsumer import DeadLetter, Skip
 from safeconsumer.share import LockExpiredError, SafeShareConsumer
@@ -675,3 +675,94 @@ def test_close_in_explicit_mode_keeps_the_application_s_acknowledgements(
     rest = _read_until(peer, lambda got: len(got) >= 9, timeout=30, what="the other nine", ack=True)
     assert batch[0].offset() not in {m.offset() for m in rest}
     assert {m.offset() for m in batch[1:]} <= {m.offset() for m in rest}
+
+
+# -- past max.poll.interval.ms (S3) ----------------------------------------------------------------
+
+#: The member's max.poll.interval.ms in these tests: the work below (6 s) outlasts it.
+MAX_POLL_MS = 3000
+
+
+def test_raw_past_max_poll_interval_leaves_the_group_raises_once_and_keeps_its_records_locked(
+    kafka: KafkaTestKit, closing: list[ShareConsumer]
+) -> None:
+    """librdkafka takes the member out of its group; the records it holds stay locked (a peer gets
+    none of them while their lock runs); its late acknowledgements are kept (reported as success,
+    and no record comes again); its next poll() raises _MAX_POLL_EXCEEDED, the one after rejoins."""
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    kafka.produce(topic, 10, partitions=1)
+    a = ShareConsumer({**_conf(kafka, group, "explicit"), "max.poll.interval.ms": MAX_POLL_MS})
+    closing.append(a)
+    a.subscribe([topic])
+    batch = _read_until(a, lambda got: len(got) == 10, timeout=60, what="A's batch")
+    peer = _peer_reads(kafka, group, topic, closing)
+    took: list[Message] = []
+    started = time.monotonic()
+    wait_until(  # A works 6 s without polling; the peer polls meanwhile
+        lambda: time.monotonic() - started >= 2 * MAX_POLL_MS / 1000,
+        timeout=30,
+        what="A's work",
+        step=lambda: took.extend(_records(peer.poll(0.5))),
+    )
+    assert took == [], "a peer took records of a member that left its group while their lock held"
+    for m in batch:
+        a.acknowledge(m)
+    assert all(e is None for e in a.commit_sync(10.0).values())
+    with pytest.raises(KafkaException) as raised:
+        a.poll(1.0)
+    assert raised.value.args[0].code() == KafkaError._MAX_POLL_EXCEEDED
+    kafka.produce(topic, 1, partitions=1, start=10)
+    seen = _read_until(peer, lambda got: any(m.offset() == 10 for m in got), timeout=60, what="the marker", ack=True)
+    assert [m.offset() for m in seen] == [10], "an acknowledged record came again"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_past_max_poll_interval_ours_says_so_gives_back_what_it_had_not_reached_and_keeps_the_rest(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The application processes 2 of 10 records, then works 6 s with max.poll.interval.ms at 3 s
+    and a 60 s lock. The 8 it never reached go back at 3/4 of the interval (implicit mode: from the
+    watch, while it works; explicit mode, where only the application's thread acknowledges: at its
+    next call), a peer takes them at once; the poll() after the work raises upstream's
+    _MAX_POLL_EXCEEDED with one WARNING naming the group; the 2 processed never come again."""
+    caplog.set_level(logging.WARNING, logger="safeconsumer")
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    kafka.produce(topic, 10, partitions=1)
+    a = SafeShareConsumer({**_conf(kafka, group, mode), "max.poll.interval.ms": MAX_POLL_MS})
+    closing.append(a)
+    a.subscribe([topic])
+    wait_until(lambda: a.group_settings.lock_ms == int(LONG_LOCK), timeout=15, what="the group's lock read")
+    batch: Any = wait_until(lambda: ((b := a.poll(0.5)) and len(b) == 10 and b) or None, timeout=60, what="the batch")
+    it = iter(batch)
+    processed = [next(it), next(it)]
+    if mode == "explicit":
+        for m in processed:
+            a.acknowledge(m)
+    peer = _peer_reads(kafka, group, topic, closing)
+    took: list[Message] = []
+
+    def peer_step() -> None:
+        for m in _records(peer.poll(0.5)):
+            took.append(m)
+            peer.acknowledge(m)
+
+    started = time.monotonic()
+    wait_until(
+        lambda: time.monotonic() - started >= 2 * MAX_POLL_MS / 1000, timeout=30, what="A's work", step=peer_step
+    )
+    if mode == "implicit":
+        assert sorted(m.offset() or 0 for m in took) == list(range(2, 10)), "given back while the application worked"
+    with pytest.raises(KafkaException) as raised:
+        a.poll(1.0)
+    assert raised.value.args[0].code() == KafkaError._MAX_POLL_EXCEEDED
+    warnings = [r.getMessage() for r in caplog.records if "max.poll.interval.ms" in r.getMessage()]
+    assert len(warnings) == 1 and repr(group) in warnings[0] and "left its group" in warnings[0]
+    wait_until(lambda: len(took) >= 8, timeout=30, what="the 8 not reached, at the peer", step=peer_step)
+    assert sorted(m.offset() or 0 for m in took) == list(range(2, 10))
+    assert {m.delivery_count() for m in took} == {2}
+    kafka.produce(topic, 1, partitions=1, start=10)
+    wait_until(lambda: any(m.offset() == 10 for m in took), timeout=60, what="the marker", step=peer_step)
+    a.poll(0.5)  # A rejoins
+    assert [m.offset() for m in took if (m.offset() or 0) < 2] == [], "a processed record came again"
