@@ -57,6 +57,7 @@ from typing import Any, TypeVar, cast
 
 from confluent_kafka import (
     AcknowledgeType,
+    ConcurrentModificationException,
     KafkaError,
     KafkaException,
     Message,
@@ -186,8 +187,11 @@ class SafeShareConsumer(ShareConsumer):
         self._read_at = 0.0
         self._refreshing: threading.Thread | None = None
         self._batch: Batch | None = None
-        #: Held while a keepalive timer gives records back (the application is inside the block).
+        #: Held by the application's poll() and commit_*(), and while a keepalive timer gives records
+        #: back (the application is inside the block); :meth:`_enter` says which application thread is in.
         self._lock = threading.RLock()
+        self._inside: int | None = None
+        self._depth = 0
         self._closed = False
         self._started = False
         #: What the application subscribed to, and its pause marks (S6).
@@ -333,11 +337,34 @@ class SafeShareConsumer(ShareConsumer):
         return answer
 
     def poll(self, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            try:
-                return self._poll(*args, **kwargs)
-            finally:
-                self._last_poll = time.monotonic()
+        self._enter()
+        try:
+            return self._poll(*args, **kwargs)
+        finally:
+            self._last_poll = time.monotonic()
+            self._leave()
+
+    # A share consumer is single-threaded: upstream answers a call made while another thread is inside
+    # one with ConcurrentModificationException. The calls that take the consumer's lock answer so too
+    # (never wait for the other thread); only the consumer's own timer is waited for.
+    def _enter(self) -> None:
+        me = threading.get_ident()
+        if not self._lock.acquire(blocking=False):
+            inside = self._inside
+            if inside is not None and inside != me:
+                raise ConcurrentModificationException(
+                    f"Share consumer is not safe for multi-threaded access. currentThread(id: {me}) "
+                    f"otherThread(id: {inside})"
+                )
+            self._lock.acquire()  # the keepalive timer releasing records: a moment
+        self._depth += 1
+        self._inside = me
+
+    def _leave(self) -> None:
+        self._depth -= 1
+        if not self._depth:
+            self._inside = None
+        self._lock.release()
 
     def _poll(self, *args: Any, **kwargs: Any) -> Any:
         if self._fatal is not None:
@@ -407,8 +434,11 @@ class SafeShareConsumer(ShareConsumer):
         _implicit_oracle().acknowledge_offset(topic, partition, offset, *args, **kwargs)
 
     def commit_sync(self, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
+        self._enter()
+        try:
             return self._commit_sync(*args, **kwargs)
+        finally:
+            self._leave()
 
     def _commit_sync(self, *args: Any, **kwargs: Any) -> Any:
         if self._fatal is not None:
@@ -423,8 +453,11 @@ class SafeShareConsumer(ShareConsumer):
         return self._overruns.answer(result)
 
     def commit_async(self, *args: Any, **kwargs: Any) -> None:
-        with self._lock:
+        self._enter()
+        try:
             return self._commit_async(*args, **kwargs)
+        finally:
+            self._leave()
 
     def _commit_async(self, *args: Any, **kwargs: Any) -> None:
         if self._fatal is not None:

@@ -132,3 +132,51 @@ def test_a_context_manager_closes_as_upstream_s(pair: str) -> None:
             assert c.subscription() == []
         outcomes.append((_outcome(partial(c.poll, 0)), _outcome(partial(c.subscribe, ["t"]))))
     assert outcomes[1] == outcomes[0]
+
+
+@pytest.mark.parametrize("call", ["poll", "commit_sync", "commit_async"])
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_a_call_while_another_thread_is_inside_one_is_refused_as_upstream_s(pair: str, call: str) -> None:
+    """A share consumer is single-threaded: while one thread is parked in poll(), upstream answers a
+    call from another thread with ConcurrentModificationException (never waits for it); ours too, with
+    upstream's message (the two threads' ids)."""
+    import contextlib
+    import threading
+    import time
+
+    from confluent_kafka import ConcurrentModificationException
+
+    upstream, ours = PAIRS[pair][:2]
+    calls: dict[str, Callable[[ShareConsumer], object]] = {
+        "poll": lambda c: c.poll(0),
+        "commit_sync": lambda c: c.commit_sync(0.1),
+        "commit_async": lambda c: c.commit_async(),
+    }
+    answers = []
+    for cls in (upstream, ours):
+        c = cls(_conf("explicit", **PAIRS[pair][2]))
+        c.subscribe(["t"])
+        stop = threading.Event()
+
+        def hold(c: ShareConsumer = c, stop: threading.Event = stop) -> None:
+            while not stop.is_set():
+                with contextlib.suppress(ConcurrentModificationException):  # the main thread got in first
+                    c.poll(0.5)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            answer: object = None
+            deadline = time.monotonic() + 10
+            while answer is None and time.monotonic() < deadline:
+                try:
+                    calls[call](c)
+                except ConcurrentModificationException as exc:
+                    answer = exc.args[0].replace(str(holder.ident), "<holder>")
+                time.sleep(0.01)
+            answers.append(answer)
+        finally:
+            stop.set()
+            holder.join(5)
+            c.close()
+    assert answers[0] is not None and answers[1] == answers[0]

@@ -14,6 +14,7 @@ from safeconsumer.testing import KafkaTestKit
 
 from ..cluster import FAULT_SETTINGS, Cluster, running_cluster
 from ..soak.run import MODES, Mode, run_soak
+from ..soak.share import run_share_soak
 
 # Member processes killed and started at random take both cores: alone, after the parallel phase.
 pytestmark = pytest.mark.serial
@@ -47,3 +48,24 @@ def test_short_soak_loses_nothing_and_keeps_every_invariant(cluster: Cluster, pr
     assert figures.lost == 0, figures.report()
     assert figures.stalls == 0, figures.report()  # a healthy member is never "healed" (I11)
     assert figures.failures == [], figures.report()
+
+
+#: Chaos time of the short share soak per acknowledgement mode (with the drain, about a minute).
+SHARE_SECONDS = 30.0
+
+
+@pytest.mark.parametrize("mode", ["implicit", "explicit"])
+def test_short_share_soak_archives_nothing_without_a_copy_and_explains_every_double(
+    kafka: KafkaTestKit, mode: str
+) -> None:
+    """SafeShareConsumer members started, SIGKILLed and SIGTERMed at random, with slow work past the
+    lock, poison records and pauses (tests/soak/share.py): every record processed or dead-lettered,
+    every poison record dead-lettered, every double processing explained by a kill or a reported
+    lock overrun."""
+    figures = run_share_soak(kafka, mode, seconds=SHARE_SECONDS, seed="pytest")
+    assert figures.starts > 3 and figures.kills + figures.terms > 0, figures.report()
+    assert figures.produced > 0 and figures.poison > 0, figures.report()
+    assert figures.failures == [], figures.report()
+    assert figures.lost == [], figures.report()
+    assert figures.poison_missing == [], figures.report()
+    assert figures.unexplained == [], figures.report()
