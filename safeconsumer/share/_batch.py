@@ -54,6 +54,8 @@ class Batch:
         self.handled: set[int] = set()
         #: id() of records the consumer acknowledged itself (released, rejected, or accepted by handle()).
         self.settled: set[int] = set()
+        #: Of those, the ones it accepted (their acknowledgement, sent late, is a lock overrun too).
+        self.accepted: set[int] = set()
         #: Records cut from :attr:`live`, to be released on the application's thread.
         self.pending: list[Message] = []
         #: A commit sent this batch's acknowledgements while its locks held.

@@ -310,6 +310,13 @@ class SafeShareConsumer(ShareConsumer):
 
     # -- upstream's methods -----------------------------------------------------------------
     def subscribe(self, topics: list[str], *args: Any, **kwargs: Any) -> None:
+        self._enter("Failed to subscribe: Local: Conflicting use")
+        try:
+            self._subscribe(topics, *args, **kwargs)
+        finally:
+            self._leave()
+
+    def _subscribe(self, topics: list[str], *args: Any, **kwargs: Any) -> None:
         if self._fatal is not None:
             raise self._fatal
         valid = isinstance(topics, list) and all(isinstance(t, str) for t in topics) and not args and not kwargs
@@ -327,8 +334,12 @@ class SafeShareConsumer(ShareConsumer):
     def unsubscribe(self, *args: Any, **kwargs: Any) -> None:
         if self._fatal is not None:
             raise self._fatal
-        super().unsubscribe(*args, **kwargs)
-        self._wanted = None
+        self._enter("Failed to unsubscribe: Local: Conflicting use")
+        try:
+            super().unsubscribe(*args, **kwargs)
+            self._wanted = None
+        finally:
+            self._leave()
 
     def subscription(self, *args: Any, **kwargs: Any) -> Any:
         answer = super().subscription(*args, **kwargs)
@@ -347,13 +358,16 @@ class SafeShareConsumer(ShareConsumer):
     # A share consumer is single-threaded: upstream answers a call made while another thread is inside
     # one with ConcurrentModificationException. The calls that take the consumer's lock answer so too
     # (never wait for the other thread); only the consumer's own timer is waited for.
-    def _enter(self) -> None:
+    def _enter(self, refused: str | None = None) -> None:
+        """``refused``: upstream's message for this call when another thread is inside one (librdkafka's
+        own for poll() and commit_*(), naming both threads)."""
         me = threading.get_ident()
         if not self._lock.acquire(blocking=False):
             inside = self._inside
             if inside is not None and inside != me:
                 raise ConcurrentModificationException(
-                    f"Share consumer is not safe for multi-threaded access. currentThread(id: {me}) "
+                    refused
+                    or f"Share consumer is not safe for multi-threaded access. currentThread(id: {me}) "
                     f"otherThread(id: {inside})"
                 )
             self._lock.acquire()  # the keepalive timer releasing records: a moment
@@ -655,8 +669,11 @@ class SafeShareConsumer(ShareConsumer):
         batch = self._batch
         if batch is None or id(message) in batch.settled or not is_record(message):
             return
-        super().acknowledge(message, ack_type)
+        with self._lock:  # the watch's releases (implicit mode) call librdkafka too: never both at once
+            super().acknowledge(message, ack_type)
         batch.settled.add(id(message))
+        if ack_type == AcknowledgeType.ACCEPT:
+            batch.accepted.add(id(message))
         self._telemetry.acknowledged(_ACK_NAMES[ack_type])
 
     def _release(self, batch: Batch, records: list[Message], *, sync: bool = False) -> None:
@@ -678,8 +695,9 @@ class SafeShareConsumer(ShareConsumer):
         """Release the records the watch cut from the batch (on the application's thread)."""
         if not batch.pending:
             return
-        cut = batch.take_pending()
-        self._release(batch, cut)
+        with self._lock:  # see _settle
+            cut = batch.take_pending()
+            self._release(batch, cut)
         self.released_early += len(cut)
         self._telemetry.released_early(len(cut), "not_reached")
         logger.info(
@@ -731,7 +749,10 @@ class SafeShareConsumer(ShareConsumer):
             self._telemetry.acknowledged("accept", len(records))
         now = time.monotonic()
         if now > batch.lock_end and not batch.committed_in_time:
-            late = batch.handed_out() if not accept else [m for m in batch.records if is_record(m)]
+            if accept:
+                late = [m for m in batch.records if is_record(m)]
+            else:  # what the application acknowledged, and what handle() accepted for it
+                late = batch.handed_out() + [m for m in batch.records if id(m) in batch.accepted]
             self._overruns.add(late, now - batch.at)
             batch.committed_in_time = True  # said once per batch
         elif committing:

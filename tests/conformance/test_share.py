@@ -134,7 +134,7 @@ def test_a_context_manager_closes_as_upstream_s(pair: str) -> None:
     assert outcomes[1] == outcomes[0]
 
 
-@pytest.mark.parametrize("call", ["poll", "commit_sync", "commit_async"])
+@pytest.mark.parametrize("call", ["poll", "commit_sync", "commit_async", "subscribe"])
 @pytest.mark.parametrize("pair", sorted(PAIRS))
 def test_a_call_while_another_thread_is_inside_one_is_refused_as_upstream_s(pair: str, call: str) -> None:
     """A share consumer is single-threaded: while one thread is parked in poll(), upstream answers a
@@ -151,6 +151,7 @@ def test_a_call_while_another_thread_is_inside_one_is_refused_as_upstream_s(pair
         "poll": lambda c: c.poll(0),
         "commit_sync": lambda c: c.commit_sync(0.1),
         "commit_async": lambda c: c.commit_async(),
+        "subscribe": lambda c: c.subscribe(["t"]),  # (unsubscribe() landing between two polls would end them)
     }
     answers = []
     for cls in (upstream, ours):

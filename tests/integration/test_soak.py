@@ -58,12 +58,12 @@ SHARE_SECONDS = 30.0
 def test_short_share_soak_archives_nothing_without_a_copy_and_explains_every_double(
     kafka: KafkaTestKit, mode: str
 ) -> None:
-    """SafeShareConsumer members started, SIGKILLed and SIGTERMed at random, with slow work past the
-    lock, poison records and pauses (tests/soak/share.py): every record processed or dead-lettered,
-    every poison record dead-lettered, every double processing explained by a kill or a reported
-    lock overrun."""
-    figures = run_share_soak(kafka, mode, seconds=SHARE_SECONDS, seed="pytest")
-    assert figures.starts > 3 and figures.kills + figures.terms > 0, figures.report()
+    """SafeShareConsumer members started and SIGTERMed at random, with slow work past the lock,
+    poison records and pauses (tests/soak/share.py; ``make soak`` SIGKILLs too): every record
+    processed or dead-lettered, every poison record dead-lettered, every double processing explained
+    by a termination or a reported lock overrun."""
+    figures = run_share_soak(kafka, mode, seconds=SHARE_SECONDS, seed="pytest", kills=False)
+    assert figures.starts > 3 and figures.terms > 0, figures.report()
     assert figures.produced > 0 and figures.poison > 0, figures.report()
     assert figures.failures == [], figures.report()
     assert figures.lost == [], figures.report()

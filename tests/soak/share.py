@@ -19,6 +19,12 @@ the dead-letter topic (none archived without a copy), every poison record is in 
 topic, every record processed more than once is explained (a member that processed it before the
 last one was killed or terminated, or a member reported a lock overrun covering it), and no
 member crashed. Exit status 0 when every mode passed.
+
+What a SIGKILL can lose: librdkafka acquires records before ``poll()`` returns them (its fetcher
+fills a local queue). A member killed while records on their *last* delivery sit in that queue never
+saw them, so no copy was written, and the broker archives them when their lock runs out. The soak
+counts such records as lost (``make soak`` runs with kills); the short run in ``make test`` SIGTERMs
+members only (``close()`` gives back what it holds).
 """
 
 from __future__ import annotations
@@ -154,9 +160,10 @@ class Figures:
 
 
 def run_share_soak(
-    kit: object, mode: str, *, seconds: float, seed: str, rate: float = 100.0, members: int = 5
+    kit: object, mode: str, *, seconds: float, seed: str, rate: float = 100.0, members: int = 5, kills: bool = True
 ) -> Figures:
-    """One soak of ``mode`` on ``kit``'s broker (a :class:`safeconsumer.testing.KafkaTestKit`)."""
+    """One soak of ``mode`` on ``kit``'s broker (a :class:`safeconsumer.testing.KafkaTestKit`).
+    ``kills=False``: members are only SIGTERMed (see the module: what a SIGKILL can lose)."""
     from safeconsumer.testing import KafkaTestKit, wait_until
 
     from ..support import set_group_config
@@ -244,7 +251,7 @@ def run_share_soak(
             action = rng.random()
             if len(alive) < members and (action < 0.45 or len(alive) < 2):
                 start()
-            elif len(alive) > 1 and action < 0.75:
+            elif len(alive) > 1 and action < 0.75 and kills:
                 end(rng.choice(alive), "killed")
             elif len(alive) > 1:
                 end(rng.choice(alive), "terminated")
@@ -280,14 +287,17 @@ def run_share_soak(
                 m.ended = "final"
         for m in live:
             try:
-                code = m.proc.wait(30)
+                m.proc.wait(30)
             except subprocess.TimeoutExpired:
                 m.proc.kill()
+                m.proc.wait(10)
                 figures.failures.append(f"member {m.proc.pid} hung at SIGTERM")
-                continue
+            code = m.proc.returncode
             if m.ended in ("final", "terminated") and code != 0:
                 figures.failures.append(f"member {m.proc.pid} exited {code} at SIGTERM")
             m.reader.join(5)
+            if m.proc.stdout is not None:
+                m.proc.stdout.close()
     dead = _dead_letters(kit, dlt)
     with lock:
         figures.produced, figures.poison = len(produced), len(poison)
@@ -337,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", nargs="+", default=["implicit", "explicit"])
     parser.add_argument("--seed", default="share")
     parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--no-kills", action="store_true", help="SIGTERM members only")
     args = parser.parse_args(argv)
     if args.member:
         member(*args.member)
@@ -348,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.mode:
             kit = KafkaTestKit(broker.bootstrap_servers, prefix=f"share-soak-{mode}")
             try:
-                figures = run_share_soak(kit, mode, seconds=args.seconds, seed=args.seed, rate=args.rate)
+                figures = run_share_soak(
+                    kit, mode, seconds=args.seconds, seed=args.seed, rate=args.rate, kills=not args.no_kills
+                )
             finally:
                 kit.close()
             print(figures.report(), flush=True)
