@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -77,3 +79,13 @@ def secured_kafka(secured_broker: Broker, request: pytest.FixtureRequest) -> Ite
     kit = KafkaTestKit(secured_broker.bootstrap_servers, prefix="sec", client_config=secured_broker.client_config)
     yield kit
     kit.close()
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Any]]:
+    """Clients a test made, closed at its end (one the test closed already is fine)."""
+    made: list[Any] = []
+    yield made
+    for c in made:
+        with contextlib.suppress(Exception):  # closed already by the test
+            c.close()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message
@@ -202,3 +206,47 @@ def set_group_config(kafka: KafkaTestKit, group: str, **settings: str) -> None:
     ]
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
     kafka.admin.incremental_alter_configs([resource])[resource].result(timeout=15)
+
+
+def run_suite(
+    tests: str,
+    plugin: str,
+    tree: Path,
+    env: Mapping[str, str],
+    junit: Path,
+    *pytest_args: str,
+    timeout: float,
+    qualified: bool,
+) -> dict[str, str]:
+    """Run another project's pytest suite (``tests`` under ``tree``) with ``plugin`` loaded; each test's
+    outcome ("passed", "failed", "skipped") by name (``module::name`` when ``qualified``)."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            tests,
+            "-p",
+            plugin,
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-o",
+            "log_level=WARNING",
+            f"--junitxml={junit}",
+            *pytest_args,
+        ],
+        cwd=tree,
+        env=dict(env),
+        timeout=timeout,
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    outcomes: dict[str, str] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        kinds = {child.tag for child in case}
+        outcome = "failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"
+        name = case.get("name", "?")
+        outcomes[f"{case.get('classname', '?')}::{name}" if qualified else name] = outcome
+    return outcomes

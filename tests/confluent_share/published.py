@@ -23,11 +23,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 from importlib.metadata import version
 from pathlib import Path
 
 from safeconsumer.testing._local import cache_root
+
+from ..support import run_suite
 
 #: The share consumer tests of upstream's repository that this project runs.
 TESTS = "tests/integration/share_consumer"
@@ -89,35 +90,7 @@ def run(
         "PYTHONPATH": str(tree),
         "SAFECONSUMER_SHARE_CONSUMER": consumer,
     }
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            TESTS,
-            "-p",
-            "safeconsumer_swap",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "-o",
-            "log_level=WARNING",
-            f"--junitxml={junit}",
-            *pytest_args,
-        ],
-        cwd=tree,
-        env=env,
-        timeout=timeout,
-        check=False,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    outcomes: dict[str, str] = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        kinds = {child.tag for child in case}
-        outcome = "failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"
-        outcomes[f"{case.get('classname', '?')}::{case.get('name', '?')}"] = outcome
-    return outcomes
+    return run_suite(TESTS, "safeconsumer_swap", tree, env, junit, *pytest_args, timeout=timeout, qualified=True)
 
 
 def compare(upstream: dict[str, str], ours: dict[str, str]) -> list[str]:

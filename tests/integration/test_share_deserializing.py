@@ -8,9 +8,7 @@ never reaches the application.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -40,15 +38,6 @@ def _conf(kafka: KafkaTestKit, group: str, mode: str) -> dict[str, Any]:
         "share.acknowledgement.mode": mode,
         "value.deserializer": _decode,
     }
-
-
-@pytest.fixture
-def closing() -> Iterator[list[ShareConsumer]]:
-    made: list[ShareConsumer] = []
-    yield made
-    for c in made:
-        with contextlib.suppress(Exception):
-            c.close()
 
 
 def _topic_with_a_bad_record(kafka: KafkaTestKit) -> tuple[str, str]:

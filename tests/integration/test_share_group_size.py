@@ -11,11 +11,9 @@ three and finds the one.
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +26,6 @@ from safeconsumer.testing import KafkaTestKit, wait_until
 from ..support import set_group_config
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def closing() -> Iterator[list[ShareConsumer]]:
-    made: list[ShareConsumer] = []
-    yield made
-    for c in made:
-        with contextlib.suppress(Exception):
-            c.close()
 
 
 def _group(kafka: KafkaTestKit) -> tuple[str, str]:

@@ -13,12 +13,11 @@ its group's own settings through the admin API.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -39,16 +38,6 @@ pytestmark = pytest.mark.xdist_group("share-groups")
 
 def _conf(kafka: KafkaTestKit, group: str, mode: str = "implicit") -> dict[str, Any]:
     return {**kafka.client_config, "group.id": group, "share.acknowledgement.mode": mode}
-
-
-@pytest.fixture
-def closing() -> Iterator[list[ShareConsumer]]:
-    """Share consumers a test made, closed at its end (each at most once)."""
-    made: list[ShareConsumer] = []
-    yield made
-    for c in made:
-        with contextlib.suppress(Exception):  # closed already by the test
-            c.close()
 
 
 def _records(messages: Iterable[Message]) -> list[Message]:

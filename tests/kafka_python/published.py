@@ -21,11 +21,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import xml.etree.ElementTree as ET
 from importlib.metadata import version
 from pathlib import Path
 
 from safeconsumer.testing._local import KAFKA_VERSION, cache_root
+
+from ..support import run_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -107,35 +108,7 @@ def run(bootstrap: str, consumer: str, junit: Path, *pytest_args: str, timeout: 
         "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)]),
         "SAFECONSUMER_KAFKA_PYTHON_CONSUMER": consumer,
     }
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            TESTS,
-            "-p",
-            "tests.kafka_python.swap",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "-o",
-            "log_level=WARNING",
-            f"--junitxml={junit}",
-            *pytest_args,
-        ],
-        cwd=tree,
-        env=env,
-        timeout=timeout,
-        check=False,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    outcomes: dict[str, str] = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        kinds = {child.tag for child in case}
-        outcome = "failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"
-        outcomes[case.get("name", "?")] = outcome
-    return outcomes
+    return run_suite(TESTS, "tests.kafka_python.swap", tree, env, junit, *pytest_args, timeout=timeout, qualified=False)
 
 
 def main(argv: list[str]) -> int:
