@@ -317,8 +317,6 @@ class SafeShareConsumer(ShareConsumer):
             self._leave()
 
     def _subscribe(self, topics: list[str], *args: Any, **kwargs: Any) -> None:
-        if self._fatal is not None:
-            raise self._fatal
         valid = isinstance(topics, list) and all(isinstance(t, str) for t in topics) and not args and not kwargs
         if not self._started and valid and topics and not self._closed:
             self._started = True
@@ -332,8 +330,6 @@ class SafeShareConsumer(ShareConsumer):
         self._apply_pauses(now=True)
 
     def unsubscribe(self, *args: Any, **kwargs: Any) -> None:
-        if self._fatal is not None:
-            raise self._fatal
         self._enter("Failed to unsubscribe: Local: Conflicting use")
         try:
             super().unsubscribe(*args, **kwargs)
@@ -361,6 +357,8 @@ class SafeShareConsumer(ShareConsumer):
     def _enter(self, refused: str | None = None) -> None:
         """``refused``: upstream's message for this call when another thread is inside one (librdkafka's
         own for poll() and commit_*(), naming both threads)."""
+        if self._fatal is not None:  # every call after a fatal error raises it (S7)
+            raise self._fatal
         me = threading.get_ident()
         if not self._lock.acquire(blocking=False):
             inside = self._inside
@@ -381,8 +379,6 @@ class SafeShareConsumer(ShareConsumer):
         self._lock.release()
 
     def _poll(self, *args: Any, **kwargs: Any) -> Any:
-        if self._fatal is not None:
-            raise self._fatal
         if not self._closed:
             self._came_back(accept=self._implicit)  # implicit: what the application was handed is processed
             if self._resubscribe:
@@ -396,8 +392,9 @@ class SafeShareConsumer(ShareConsumer):
         try:
             messages = super().poll(*args, **kwargs)
         except KafkaException as exc:
-            self._maybe_fatal(exc)
-            self._maybe_left(exc)
+            error = _error_of(exc)
+            self._maybe_fatal(error)
+            self._maybe_left(error)
             raise
         records = messages.records()
         if not records:
@@ -455,14 +452,12 @@ class SafeShareConsumer(ShareConsumer):
             self._leave()
 
     def _commit_sync(self, *args: Any, **kwargs: Any) -> Any:
-        if self._fatal is not None:
-            raise self._fatal
         if not self._closed:
             self._came_back(accept=self._implicit, committing=True)
         try:
             result = super().commit_sync(*args, **kwargs)
         except KafkaException as exc:
-            self._maybe_fatal(exc)
+            self._maybe_fatal(_error_of(exc))
             raise
         return self._overruns.answer(result)
 
@@ -474,8 +469,6 @@ class SafeShareConsumer(ShareConsumer):
             self._leave()
 
     def _commit_async(self, *args: Any, **kwargs: Any) -> None:
-        if self._fatal is not None:
-            raise self._fatal
         if args or kwargs:
             _implicit_oracle().commit_async(*args, **kwargs)  # upstream's TypeError: it takes no arguments
         if not self._closed:
@@ -771,12 +764,11 @@ class SafeShareConsumer(ShareConsumer):
         batch = self._batch
         return batch is not None and time.monotonic() < batch.lock_end
 
-    def _maybe_left(self, exc: KafkaException) -> None:
+    def _maybe_left(self, error: KafkaError | None) -> None:
         """librdkafka took the member out of its group because the application did not poll within
         ``max.poll.interval.ms``; this poll() raises upstream's ``_MAX_POLL_EXCEEDED`` and the next
         one rejoins. What the application was handed stays settled (the acknowledgements are sent
         now), what it had not reached went back at :data:`RELEASE_AT` of the interval; said once."""
-        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is None or error.code() != KafkaError._MAX_POLL_EXCEEDED:
             return
         with contextlib.suppress(KafkaException):
@@ -793,10 +785,9 @@ class SafeShareConsumer(ShareConsumer):
             RELEASE_AT * 100,
         )
 
-    def _maybe_fatal(self, exc: KafkaException) -> None:
+    def _maybe_fatal(self, error: KafkaError | None) -> None:
         """S7: a fatal client error from librdkafka ends the consumer (see :meth:`_fail`); other errors
         are left to the caller to raise."""
-        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is None:
             return
         if is_group_max_size(error):
@@ -857,6 +848,12 @@ class SafeShareConsumer(ShareConsumer):
 _ACCEPT = int(AcknowledgeType.ACCEPT)
 
 _ACK_NAMES = {AcknowledgeType.ACCEPT: "accept", AcknowledgeType.RELEASE: "release", AcknowledgeType.REJECT: "reject"}
+
+
+def _error_of(exc: KafkaException) -> KafkaError | None:
+    """The ``KafkaError`` a ``KafkaException`` carries, if any."""
+    error = exc.args[0] if exc.args else None
+    return error if isinstance(error, KafkaError) else None
 
 
 def _weak_method(ref: weakref.ref[SafeShareConsumer], name: str) -> Callable[..., Any]:
