@@ -6,6 +6,7 @@
 - :mod:`._batch`: one poll's batch and the watch on its locks.
 - :mod:`._overruns`: acknowledgements that went after their lock ran out.
 - :mod:`._telemetry`: the share metrics.
+- :mod:`._pause`: the pause marks (which topics are paused).
 - :mod:`._consumer`: the consumer.
 - :mod:`._deserializing`: the drop-in for ``DeserializingShareConsumer`` on it.
 """

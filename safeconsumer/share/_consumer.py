@@ -47,7 +47,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import re
 import sys
 import threading
 import time
@@ -74,12 +73,12 @@ from .._errors import (
     is_group_max_size,
 )
 from ..consumer._lifecycle import FatalPolicy, exit_process
-from ..consumer._pause import parse_topic_entries
 from ..health._explainer import HELPER_LOG, admin_config
 from ..poison._policy import DeadLetter, DeadLetterWriter, PoisonHandler, check_policy
 from ._batch import RELEASE_AT, WATCH, Batch, SafeMessages, is_record
 from ._group import STARTS, GroupSettings, Start, group_exists, read_settings, records_held, set_start
 from ._overruns import Overruns
+from ._pause import PauseMarks
 from ._telemetry import ShareTelemetry
 
 logger = logging.getLogger("safeconsumer")
@@ -196,9 +195,7 @@ class SafeShareConsumer(ShareConsumer):
         self._started = False
         #: What the application subscribed to, and its pause marks (S6).
         self._wanted: list[str] | None = None
-        self._all_paused = False
-        self._paused_names: set[str] = set()
-        self._paused_patterns: list[re.Pattern[str]] = []
+        self._paused = PauseMarks()
         #: The subscription librdkafka has is to change at the next poll() (a pause mark changed).
         self._resubscribe = False
         #: Records given back before their locks ran out because the application had not reached them.
@@ -321,7 +318,7 @@ class SafeShareConsumer(ShareConsumer):
         if not self._started and valid and topics and not self._closed:
             self._started = True
             self._first_subscribe(topics)
-        if not valid or not self._pausing():
+        if not valid or not self._paused:
             super().subscribe(topics, *args, **kwargs)  # upstream's checks and errors, as they are
             self._wanted = list(topics) if valid else self._wanted
             return
@@ -339,7 +336,7 @@ class SafeShareConsumer(ShareConsumer):
 
     def subscription(self, *args: Any, **kwargs: Any) -> Any:
         answer = super().subscription(*args, **kwargs)
-        if self._pausing() and self._wanted is not None and not self._closed:
+        if self._paused and self._wanted is not None and not self._closed:
             return list(self._wanted)
         return answer
 
@@ -557,36 +554,31 @@ class SafeShareConsumer(ShareConsumer):
         """Pause the whole consumer (S6): it acquires nothing until :meth:`resume`; records handed
         out and not reached yet are released at once."""
         self._check_open("pause")
-        self._all_paused = True
+        self._paused.everything = True
         self._apply_pauses()
 
     def resume(self) -> None:
         """Lift the consumer mark set by :meth:`pause` (topic marks stay)."""
         self._check_open("resume")
-        self._all_paused = False
+        self._paused.everything = False
         self._apply_pauses()
 
     def pause_topics(self, topics: Any) -> None:
         """Pause topics: names, ``^regex`` strings or compiled ``re.Pattern`` objects (one or a list).
         A mark covers topics subscribed later too."""
         self._check_open("pause_topics")
-        names, patterns = parse_topic_entries(topics)
-        self._paused_names.update(names)
-        self._paused_patterns.extend(p for p in patterns if p.pattern not in {q.pattern for q in self._paused_patterns})
+        self._paused.add(topics)
         self._apply_pauses()
 
     def resume_topics(self, topics: Any) -> None:
         """Clear topic marks set by :meth:`pause_topics` (the same names or patterns)."""
         self._check_open("resume_topics")
-        names, patterns = parse_topic_entries(topics)
-        self._paused_names.difference_update(names)
-        gone = {p.pattern for p in patterns}
-        self._paused_patterns = [p for p in self._paused_patterns if p.pattern not in gone]
+        self._paused.remove(topics)
         self._apply_pauses()
 
     def paused_topics(self) -> list[str]:
         """The subscribed topics that are paused now, sorted."""
-        return sorted(t for t in self._wanted or [] if self._is_paused(t))
+        return sorted(t for t in self._wanted or [] if self._paused.covers(t))
 
     @property
     def lock_overruns(self) -> int:
@@ -605,14 +597,8 @@ class SafeShareConsumer(ShareConsumer):
         if self._closed:
             raise consumer_closed((f"{method}() on a closed SafeShareConsumer",), "the consumer was closed")
 
-    def _pausing(self) -> bool:
-        return self._all_paused or bool(self._paused_names) or bool(self._paused_patterns)
-
-    def _is_paused(self, topic: str) -> bool:
-        return self._all_paused or topic in self._paused_names or any(p.search(topic) for p in self._paused_patterns)
-
     def _effective(self) -> list[str]:
-        return [t for t in self._wanted or [] if not self._is_paused(t)]
+        return self._paused.effective(self._wanted or [])
 
     def _apply_pauses(self, *, now: bool = False) -> None:
         """Give back at once what was handed out of a paused topic and not reached, and hand
@@ -627,7 +613,7 @@ class SafeShareConsumer(ShareConsumer):
             stopped = [
                 m
                 for m in batch.live[position:]
-                if id(m) not in batch.handled and id(m) not in batch.settled and self._is_paused(str(m.topic()))
+                if id(m) not in batch.handled and id(m) not in batch.settled and self._paused.covers(str(m.topic()))
             ]
             if stopped:
                 with batch.lock:

@@ -1,0 +1,45 @@
+"""A share consumer's pause marks (S6): the whole consumer, topic names, and topic patterns.
+
+The one owner of which topics are paused; the consumer asks it which of the topics the application
+subscribed to librdkafka may have (:meth:`PauseMarks.effective`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ..consumer._pause import parse_topic_entries
+
+
+class PauseMarks:
+    def __init__(self) -> None:
+        self.everything = False
+        self._names: set[str] = set()
+        self._patterns: list[re.Pattern[str]] = []
+
+    def __bool__(self) -> bool:
+        """Whether any mark is set."""
+        return self.everything or bool(self._names) or bool(self._patterns)
+
+    def add(self, topics: Any) -> None:
+        """Mark names, ``^regex`` strings or ``re.Pattern`` objects (one or a list); bad entries raise."""
+        names, patterns = parse_topic_entries(topics)
+        self._names.update(names)
+        known = {p.pattern for p in self._patterns}
+        self._patterns.extend(p for p in patterns if p.pattern not in known)
+
+    def remove(self, topics: Any) -> None:
+        """Clear the marks of the same names or patterns."""
+        names, patterns = parse_topic_entries(topics)
+        self._names.difference_update(names)
+        gone = {p.pattern for p in patterns}
+        self._patterns = [p for p in self._patterns if p.pattern not in gone]
+
+    def covers(self, topic: str) -> bool:
+        return self.everything or topic in self._names or any(p.search(topic) for p in self._patterns)
+
+    def effective(self, wanted: Iterable[str]) -> list[str]:
+        """Of ``wanted``, the topics no mark covers."""
+        return [t for t in wanted if not self.covers(t)]
