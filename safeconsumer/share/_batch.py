@@ -54,6 +54,9 @@ class Batch:
         self.handled: set[int] = set()
         #: id() of records the consumer acknowledged itself (released, rejected, or accepted by handle()).
         self.settled: set[int] = set()
+        #: Every record of the batch is acknowledged (implicit mode: all accepted at once, see
+        #: :meth:`settle_all`); :attr:`settled` is then not kept up.
+        self.all_settled = False
         #: Of those, the ones it accepted (their acknowledgement, sent late, is a lock overrun too).
         self.accepted: set[int] = set()
         #: Records cut from :attr:`live`, to be released on the application's thread.
@@ -73,6 +76,8 @@ class Batch:
         """Stop handing out records: those no iterator handed out (and ``handle()`` did not run on)
         leave :attr:`live` and join :attr:`pending`. Returns them."""
         with self.lock:
+            if self.all_settled:  # every record acknowledged: none to give back
+                return []
             position = self.position()
             rest = self.live[position:]
             if not rest:
@@ -90,8 +95,17 @@ class Batch:
             self.settled.add(id(m))
         return pending
 
+    def is_settled(self, message: Message) -> bool:
+        return self.all_settled or id(message) in self.settled
+
+    def settle_all(self) -> None:
+        """Every record is acknowledged now (without an id() per record in :attr:`settled`)."""
+        self.all_settled = True
+
     def handed_out(self) -> list[Message]:
         """Records the application was handed (iterated to, or handled), not settled by the consumer."""
+        if self.all_settled:
+            return []
         position = self.position()
         reached = self.live[:position]
         reached += [m for m in self.live[position:] if id(m) in self.handled]
@@ -100,8 +114,12 @@ class Batch:
     def unsettled(self) -> list[Message]:
         """Every record of the batch the consumer did not acknowledge itself (error records excluded:
         librdkafka acknowledged them)."""
+        if self.all_settled:
+            return []
         settled = self.settled
         if not settled:
+            if not any(map(Message.error, self.records)):  # one C call per record: the usual batch
+                return self.records
             return [m for m in self.records if m.error() is None or is_record(m)]
         return [m for m in self.records if id(m) not in settled and (m.error() is None or is_record(m))]
 

@@ -44,8 +44,10 @@ mode call upstream refuses is refused with upstream's own exception, asked of an
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import itertools
 import logging
 import sys
 import threading
@@ -613,7 +615,7 @@ class SafeShareConsumer(ShareConsumer):
             stopped = [
                 m
                 for m in batch.live[position:]
-                if id(m) not in batch.handled and id(m) not in batch.settled and self._paused.covers(str(m.topic()))
+                if id(m) not in batch.handled and not batch.is_settled(m) and self._paused.covers(str(m.topic()))
             ]
             if stopped:
                 with batch.lock:
@@ -646,7 +648,7 @@ class SafeShareConsumer(ShareConsumer):
     def _settle(self, message: Message, ack_type: AcknowledgeType) -> None:
         """Acknowledge one record for the application (``ack_type``), once."""
         batch = self._batch
-        if batch is None or id(message) in batch.settled or not is_record(message):
+        if batch is None or batch.is_settled(message) or not is_record(message):
             return
         with self._lock:  # the watch's releases (implicit mode) call librdkafka too: never both at once
             super().acknowledge(message, ack_type)
@@ -718,13 +720,8 @@ class SafeShareConsumer(ShareConsumer):
         self._flush_pending(batch)
         if accept:
             records = batch.unsettled()
-            acknowledge, accepted = ShareConsumer.acknowledge, cast(AcknowledgeType, _ACCEPT)
-            for message in records:
-                try:  # noqa: SIM105 - contextlib.suppress costs each record a context manager
-                    acknowledge(self, message, accepted)
-                except KafkaException:  # no longer in flight: librdkafka acknowledged it
-                    pass
-            batch.settled.update(map(id, records))
+            self._accept_all(records)
+            batch.settle_all()
             self._telemetry.acknowledged("accept", len(records))
         now = time.monotonic()
         if now > batch.lock_end and not batch.committed_in_time:
@@ -737,6 +734,19 @@ class SafeShareConsumer(ShareConsumer):
         elif committing:
             batch.committed_in_time = True
         self._overruns.say(self._settings.lock_seconds)
+
+    def _accept_all(self, records: list[Message]) -> None:
+        """ACCEPT each record (implicit mode, the application came back). librdkafka takes one call
+        per record; the calls run in C (``map``), not in a Python loop."""
+        n = len(records)
+        acknowledge = ShareConsumer.acknowledge
+        accepted = cast(AcknowledgeType, _ACCEPT)
+        try:
+            collections.deque(map(acknowledge, itertools.repeat(self, n), records, itertools.repeat(accepted, n)), 0)
+        except KafkaException:  # a record no longer in flight (librdkafka acknowledged it): one by one
+            for message in records:
+                with contextlib.suppress(KafkaException):
+                    acknowledge(self, message, accepted)
 
     def _release_at_close(self) -> None:
         batch = self._batch

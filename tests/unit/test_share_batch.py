@@ -1,0 +1,60 @@
+"""A share batch's bookkeeping (pure logic: no broker)."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, Message
+
+from safeconsumer.share._batch import Batch, SafeMessages
+
+
+def _records(n: int) -> list[Message]:
+    return [Message(topic="t", partition=0, offset=i, value=b"v") for i in range(n)]
+
+
+def test_a_clean_batch_is_unsettled_whole_without_a_copy() -> None:
+    records = _records(5)
+    batch = Batch(records, 30.0)
+    assert batch.unsettled() is records
+
+
+def test_error_events_are_left_out_and_deserialization_failures_kept() -> None:
+    records = _records(3)
+    event = Message(topic="t", partition=0, offset=3, error=KafkaError(KafkaError._MSG_TIMED_OUT))
+    undecodable = Message(topic="t", partition=0, offset=4, error=KafkaError(KafkaError._VALUE_DESERIALIZATION))
+    batch = Batch([*records, event, undecodable], 30.0)
+    assert batch.unsettled() == [*records, undecodable]
+
+
+def test_records_the_consumer_settled_are_left_out() -> None:
+    records = _records(4)
+    batch = Batch(records, 30.0)
+    batch.settled.add(id(records[1]))
+    assert batch.unsettled() == [records[0], records[2], records[3]]
+    assert batch.is_settled(records[1])
+    assert not batch.is_settled(records[0])
+
+
+def test_a_batch_settled_whole_has_nothing_unsettled_handed_out_or_to_cut() -> None:
+    records = _records(6)
+    batch = Batch(records, 30.0)
+    it = iter(SafeMessages(records, batch))
+    next(it)
+    batch.settle_all()
+    assert all(batch.is_settled(m) for m in records)
+    assert batch.unsettled() == []
+    assert batch.handed_out() == []
+    assert batch.cut() == []
+    assert batch.pending == []
+    assert len(batch.live) == 6  # the application may still iterate what it was handed
+
+
+def test_a_cut_takes_what_no_iterator_reached_except_handled_records() -> None:
+    records = _records(5)
+    batch = Batch(records, 30.0)
+    it = iter(SafeMessages(records, batch))
+    next(it), next(it)
+    batch.handled.add(id(records[3]))
+    assert batch.cut() == [records[2], records[4]]
+    assert list(it) == []
+    assert batch.take_pending() == [records[2], records[4]]
+    assert batch.is_settled(records[2]) and not batch.is_settled(records[3])
