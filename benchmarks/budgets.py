@@ -23,7 +23,7 @@ alternating with its peers (the order rotates by round), medians over rounds:
   ``await poll()``;
 - ``SafeShareConsumer.poll()`` against raw ``ShareConsumer``: what it adds per record in main-thread
   CPU outside upstream's ``poll`` call (judged), whole main-thread CPU and wall time (reported), in
-  implicit and explicit mode (:mod:`benchmarks.share`);
+  implicit and explicit mode, and the children's peak RSS (:mod:`benchmarks.share`);
 - CPU of a parked ``SafeConsumer`` (inside ``keepalive()``, 4 partitions assigned) over
   ``--parked-seconds``, in % of one core.
 
@@ -270,6 +270,10 @@ def _share(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> list[
                     fig.high,
                 )
             )
+        ratio = share.rss_ratio(got, mode)
+        lines.append(
+            Line(f"SafeShareConsumer peak RSS, {mode} mode", ratio.median, 1.10, False, "x", ratio.low, ratio.high)
+        )
     return lines
 
 
@@ -288,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-record-records", type=int, default=200_000)
     parser.add_argument("--per-record-rounds", type=int, default=9)
     parser.add_argument("--share-records", type=int, default=100_000)
-    parser.add_argument("--share-rounds", type=int, default=7)
+    parser.add_argument("--share-rounds", type=int, default=9)
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the results file goes")
     args = parser.parse_args(argv)
     started = time.monotonic()

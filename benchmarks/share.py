@@ -6,8 +6,8 @@
 A share consumer cannot be handed a prefilled local queue (each ``poll()`` acquires records from the
 broker), so each measurement reads a topic of ``RECORDS`` records from its start with a fresh share
 group, in a child process of its own, as an application does: ``poll(1.0)``, iterate the batch, and
-in explicit mode acknowledge each record. Contenders: raw ``ShareConsumer`` and ``SafeShareConsumer``,
-in ``implicit`` and ``explicit`` mode; the parent alternates them by round.
+in explicit mode acknowledge each record, and reports its peak RSS. Contenders: raw ``ShareConsumer``
+and ``SafeShareConsumer``, in ``implicit`` and ``explicit`` mode; the parent alternates them by round.
 
 Each child reports, per record, the main thread's CPU time (``thread_time_ns``: where the wrapper
 works, without the time spent waiting for the broker), the wall time, and the main thread's CPU
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .per_record import Figure
+from .throughput import _compile_library
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD_TIMEOUT = 300
@@ -39,13 +40,14 @@ MODES = ("implicit", "explicit")
 KINDS = ("raw", "safe")
 
 
-#: What one child reports, per record: main-thread CPU, wall time, main-thread CPU outside
-#: upstream's ``ShareConsumer.poll`` (ns).
-CLOCKS = ("cpu", "wall", "outside")
+#: What one child reports: per record, main-thread CPU, wall time, main-thread CPU outside
+#: upstream's ``ShareConsumer.poll`` (ns); and the process's peak RSS (MiB, ``VmHWM``).
+CLOCKS = ("cpu", "wall", "outside", "rss")
 
 
 def measure(kind: str, mode: str, bootstrap: str, topic: str, records: int) -> dict[str, float]:
-    """One child's figures per record, by clock (:data:`CLOCKS`)."""
+    """One child's figures, by clock (:data:`CLOCKS`)."""
+    _compile_library()
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.share", "--child", kind, mode, bootstrap, topic, str(records)],
         cwd=ROOT,
@@ -71,7 +73,8 @@ def side_by_side(bootstrap: str, topic: str, records: int, rounds: int) -> dict[
                 got[clock][name].append(one[clock])
             print(
                 f"  share poll() per record, round {r + 1} {name:13}: {one['cpu']:8.1f} ns CPU "
-                f"({one['outside']:6.1f} outside upstream's poll) {one['wall']:8.1f} ns wall",
+                f"({one['outside']:6.1f} outside upstream's poll) {one['wall']:8.1f} ns wall, "
+                f"peak RSS {one['rss']:.1f} MiB",
                 flush=True,
             )
     return got
@@ -80,6 +83,20 @@ def side_by_side(bootstrap: str, topic: str, records: int, rounds: int) -> dict[
 def added(got: dict[str, dict[str, list[float]]], clock: str, mode: str) -> Figure:
     safe, raw = got[clock][f"safe {mode}"], got[clock][f"raw {mode}"]
     return Figure.of([s - r for s, r in zip(safe, raw, strict=True)])
+
+
+def rss_ratio(got: dict[str, dict[str, list[float]]], mode: str) -> Figure:
+    """Ours' peak RSS over raw's of the same mode, round by round."""
+    safe, raw = got["rss"][f"safe {mode}"], got["rss"][f"raw {mode}"]
+    return Figure.of([s / r for s, r in zip(safe, raw, strict=True)])
+
+
+def _peak_rss_mib() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def _child(kind: str, mode: str, bootstrap: str, topic: str, records: int) -> None:
@@ -150,7 +167,7 @@ def _child(kind: str, mode: str, bootstrap: str, topic: str, records: int) -> No
         got += len(batch)
     cpu, wall = clock() - started_cpu, time.perf_counter_ns() - started_wall
     c.close()
-    print(json.dumps([cpu / timed, wall / timed, (cpu - inside[0]) / timed]), flush=True)
+    print(json.dumps([cpu / timed, wall / timed, (cpu - inside[0]) / timed, _peak_rss_mib()]), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -175,9 +192,11 @@ def main(argv: list[str] | None = None) -> None:
             kit.close()
     for mode in MODES:
         raw = Figure.of(got["cpu"][f"raw {mode}"])
+        ratio = rss_ratio(got, mode)
         print(
             f"{mode}: raw {raw.median:.1f} ns CPU/record; safe adds {added(got, 'outside', mode).show()} "
-            f"outside upstream's poll, {added(got, 'cpu', mode).show()} CPU, {added(got, 'wall', mode).show()} wall"
+            f"outside upstream's poll, {added(got, 'cpu', mode).show()} CPU, {added(got, 'wall', mode).show()} wall; "
+            f"peak RSS {ratio.median:.2f}x (spread {ratio.low:.2f} to {ratio.high:.2f})"
         )
 
 
