@@ -1,4 +1,5 @@
-"""asyncio: :class:`SafeAIOConsumer`, the drop-in for ``confluent_kafka.aio.AIOConsumer``.
+"""asyncio: :class:`SafeAIOConsumer`, the drop-in for ``confluent_kafka.aio.AIOConsumer``, and
+:class:`SafeAIOShareConsumer` for share groups (:mod:`safeconsumer.share._aio`).
 
 ``from safeconsumer.aio import SafeAIOConsumer as AIOConsumer`` migrates an asyncio app. The
 same constructor (``consumer_conf``, ``max_workers``, ``executor``) and the same coroutine
@@ -26,105 +27,30 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import functools
-import logging
-import queue
 import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
 from typing import Any, TypeVar
 
 from confluent_kafka import Message, TopicPartition
 
 from ._errors import consumer_closed
+from ._loop import CHANNEL, CONF_CALLBACKS, AsyncKeepalive, LoopLogger, on_loop
 from .consumer._facade import SafeConsumer
 from .consumer._partitions import Receipt
 from .consumer._pause import PauseState
 from .consumer._port import port_of
 from .consumer._upstream import TIMEOUT_TYPES as _TIMEOUT_TYPES
+from .share._aio import SafeAIOShareConsumer
 
-__all__ = ["SafeAIOConsumer"]
+__all__ = ["SafeAIOConsumer", "SafeAIOShareConsumer"]
+
 
 T = TypeVar("T")
 
 _monotonic = time.monotonic
-
-#: The config callbacks librdkafka calls, which asyncio users write as coroutines.
-_CONF_CALLBACKS = ("error_cb", "throttle_cb", "stats_cb", "on_commit")
-
-
-class _Channel:
-    """Calls a callback coroutine makes on its own consumer, run by the thread waiting for it.
-
-    That thread holds the consumer's lock (librdkafka called the callback from inside a call),
-    so it must make them itself: any other thread would wait for the lock forever.
-    """
-
-    def __init__(self) -> None:
-        self.calls: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
-        self.open = True
-
-    def serve_until(self, done: concurrent.futures.Future[Any]) -> Any:
-        done.add_done_callback(lambda _f: self.calls.put(None))
-        while True:
-            item = self.calls.get()
-            if item is None:
-                break
-            call, result = item
-            if result.set_running_or_notify_cancel():
-                try:
-                    result.set_result(call())
-                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                    result.set_exception(exc)
-        self.open = False
-        # Calls that raced with the end of the callback run here too, never dropped.
-        while True:
-            try:
-                item = self.calls.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None and item[1].set_running_or_notify_cancel():
-                try:
-                    item[1].set_result(item[0]())
-                except BaseException as exc:  # noqa: BLE001
-                    item[1].set_exception(exc)
-        return done.result()
-
-    async def run(self, call: Callable[[], T]) -> T:
-        result: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self.calls.put((call, result))
-        return await asyncio.wrap_future(result)
-
-
-#: Set while a callback coroutine of a SafeAIOConsumer runs (and in tasks it starts).
-_CHANNEL: contextvars.ContextVar[_Channel | None] = contextvars.ContextVar("safeconsumer_aio_channel", default=None)
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop, coroutine_function: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
-    """A plain callable for librdkafka's threads that runs ``coroutine_function`` on ``loop``."""
-
-    loop_thread = threading.get_ident()  # created on the loop (in SafeAIOConsumer's constructor or a coroutine)
-
-    def call(*args: Any) -> Any:
-        channel = _Channel()
-
-        async def run() -> Any:
-            _CHANNEL.set(channel)  # this task's own context: seen by the calls it makes
-            return await coroutine_function(*args)
-
-        if loop.is_closed():
-            raise RuntimeError("the event loop of this SafeAIOConsumer is closed: cannot run its callback")
-        if threading.get_ident() == loop_thread:
-            # Waiting here for the loop would block it forever: librdkafka was called on the loop.
-            raise RuntimeError("a SafeAIOConsumer callback was called on its event loop's thread")
-        return channel.serve_until(asyncio.run_coroutine_threadsafe(run(), loop))
-
-    return call
 
 
 class _Receive:
@@ -137,22 +63,6 @@ class _Receive:
         self.cancelled = False
         #: The result in transit in the consumer's table, once the call returned (None: nothing returned).
         self.receipt: Receipt | None = None
-
-
-class _Keepalive:
-    """``async with consumer.keepalive():`` (entering and leaving take the consumer's lock: off the loop)."""
-
-    def __init__(self, run: Callable[[Callable[[], Any]], Awaitable[Any]], consumer: SafeConsumer) -> None:
-        self._run = run
-        self._block = consumer.keepalive()
-
-    async def __aenter__(self) -> None:
-        await self._run(self._block.__enter__)
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self._run(functools.partial(self._block.__exit__, exc_type, exc, tb))
 
 
 class SafeAIOConsumer:
@@ -186,11 +96,11 @@ class SafeAIOConsumer:
         self._loop = asyncio.get_running_loop()
         conf = dict(consumer_conf) if isinstance(consumer_conf, Mapping) else consumer_conf
         if isinstance(conf, dict):
-            for name in _CONF_CALLBACKS:
+            for name in CONF_CALLBACKS:
                 if conf.get(name) is not None:
-                    conf[name] = _on_loop(self._loop, conf[name])
+                    conf[name] = on_loop(self._loop, conf[name])
             if conf.get("logger") is not None:
-                conf["logger"] = _LoopLogger(self._loop, conf["logger"])
+                conf["logger"] = LoopLogger(self._loop, conf["logger"])
         self._consumer = SafeConsumer(conf, **options)
         #: The lock, lane and give-back of the consumer underneath (see _receive and poll).
         self._link = port_of(self._consumer, "poll").async_link()
@@ -214,7 +124,7 @@ class SafeAIOConsumer:
 
     async def _run(self, call: Callable[[], T]) -> T:
         """``call`` off the loop: on the executor, or (from a callback) on the thread serving it."""
-        channel = _CHANNEL.get()
+        channel = CHANNEL.get()
         if channel is not None and channel.open:
             return await channel.run(call)
         return await self._loop.run_in_executor(self.executor, call)
@@ -306,7 +216,7 @@ class SafeAIOConsumer:
         def with_self(_consumer: SafeConsumer, partitions: list[TopicPartition]) -> Awaitable[Any]:
             return callback(this(), partitions)
 
-        return _on_loop(self._loop, with_self)
+        return on_loop(self._loop, with_self)
 
     async def unsubscribe(self, *args: Any, **kwargs: Any) -> None:
         await self._call("unsubscribe", *args, **kwargs)
@@ -418,10 +328,10 @@ class SafeAIOConsumer:
         result: bool = await self._call("owns", message_or_partition)
         return result
 
-    def keepalive(self) -> _Keepalive:
+    def keepalive(self) -> AsyncKeepalive:
         """``async with consumer.keepalive(): await long_work()``: stays in the group, no records."""
         self._check_open("keepalive")
-        return _Keepalive(self._run, self._consumer)
+        return AsyncKeepalive(self._run, self._consumer)
 
     async def handle(self, message: Message, handler: Callable[[Message], Any]) -> Any:
         """``await consumer.handle(msg, handler)``: the handler (a coroutine function, or a plain one)
@@ -443,14 +353,3 @@ class SafeAIOConsumer:
     def consumer(self) -> SafeConsumer:
         """The SafeConsumer underneath (call it only from a thread that may block)."""
         return self._consumer
-
-
-class _LoopLogger:
-    """A ``logger`` for librdkafka's threads that logs on the consumer's loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, logger: logging.Logger) -> None:
-        self._loop = loop
-        self._logger = logger
-
-    def log(self, *args: Any, **kwargs: Any) -> None:
-        self._loop.call_soon_threadsafe(functools.partial(self._logger.log, *args, **kwargs))

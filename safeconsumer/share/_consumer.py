@@ -81,6 +81,7 @@ from ._batch import RELEASE_AT, WATCH, Batch, SafeMessages, is_record
 from ._group import STARTS, GroupSettings, Start, group_exists, read_settings, records_held, set_start
 from ._overruns import Overruns
 from ._pause import PauseMarks
+from ._port import SharePort, register
 from ._telemetry import ShareTelemetry
 
 logger = logging.getLogger("safeconsumer")
@@ -217,6 +218,15 @@ class SafeShareConsumer(ShareConsumer):
             fail=lambda fatal, error: _call(me, "_fail", fatal, error),
             counted=telemetry.poisoned,
             owns=lambda message: bool(_call(me, "_still_locked", message)),
+        )
+        register(
+            self,
+            SharePort(
+                give_back=weakref.WeakMethod(self._give_back),
+                handling=weakref.WeakMethod(self._handling),
+                handled=weakref.WeakMethod(self._handled),
+                process=weakref.WeakMethod(self._process_span),
+            ),
         )
         if self._implicit:  # weakly bound: no reference cycle keeps a dropped consumer (S8)
             self.acknowledge = _weak_method(me, "_implicit_acknowledge")  # type: ignore[method-assign]
@@ -500,6 +510,23 @@ class SafeShareConsumer(ShareConsumer):
         the batch the application has not reached are given back first once the batch held its
         locks for :data:`RELEASE_AT` of the group's lock.
         """
+        before = self._handling(message)
+        try:
+            if "opentelemetry" in sys.modules and message.error() is None:
+                with self._telemetry.process(message):
+                    result = self._poison.handle(message, handler)
+            else:
+                result = self._poison.handle(message, handler)
+        except Exception:
+            self._handled(message, before, failed=True)
+            raise
+        self._handled(message, before, failed=False)
+        return result
+
+    def _handling(self, message: Message) -> tuple[int, int]:
+        """Before a handler runs on ``message`` (``handle()``, and SafeAIOShareConsumer's): it is in the
+        application's hands; what the watch cut is given back, and the batch is cut if its time came.
+        Returns the policy's counters, for :meth:`_handled`."""
         if self._fatal is not None:
             raise self._fatal
         batch = self._batch
@@ -509,22 +536,40 @@ class SafeShareConsumer(ShareConsumer):
             if time.monotonic() >= batch.release_at:
                 batch.cut()
                 self._flush_pending(batch)
-        before = (self._poison.skipped, self._poison.dead_lettered)
-        try:
-            if "opentelemetry" in sys.modules and message.error() is None:
-                with self._telemetry.process(message):
-                    result = self._poison.handle(message, handler)
-            else:
-                result = self._poison.handle(message, handler)
-        except Exception:
+        return (self._poison.skipped, self._poison.dead_lettered)
+
+    def _handled(self, message: Message, before: tuple[int, int], *, failed: bool) -> None:
+        """After the handler: a failure with no policy releases the record; one the policy skipped or
+        dead-lettered is rejected; in explicit mode any other is accepted."""
+        if failed:
             if self._poison.policy is None:
                 self._settle(message, AcknowledgeType.RELEASE)
-            raise
-        if (self._poison.skipped, self._poison.dead_lettered) != before:
+        elif (self._poison.skipped, self._poison.dead_lettered) != before:
             self._settle(message, AcknowledgeType.REJECT)
         elif not self._implicit:
             self._settle(message, AcknowledgeType.ACCEPT)
-        return result
+
+    def _process_span(self, message: Message) -> contextlib.AbstractContextManager[Any]:
+        return self._telemetry.process(message)
+
+    def _give_back(self, messages: object) -> int:
+        """Release at once every record of ``messages`` (a batch this consumer's ``poll()`` returned)
+        that the application never received: an asyncio ``poll()`` cancelled after librdkafka
+        returned (S2). Nothing of it is accepted later. Returns how many records went back."""
+        batch = getattr(messages, "_batch", None)
+        self._enter()
+        try:
+            if not isinstance(batch, Batch) or batch is not self._batch or self._closed:
+                return 0
+            with batch.lock:
+                del batch.live[:]  # no iterator hands anything of it out
+            records = batch.unsettled()
+            self._release(batch, records)
+            self._batch = None  # the application never had it: nothing of it to accept or report
+            self._telemetry.released_early(len(records), "cancelled")
+            return len(records)
+        finally:
+            self._leave()
 
     @contextlib.contextmanager
     def keepalive(self) -> Iterator[None]:
