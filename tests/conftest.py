@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -79,6 +80,17 @@ def secured_kafka(secured_broker: Broker, request: pytest.FixtureRequest) -> Ite
     kit = KafkaTestKit(secured_broker.bootstrap_servers, prefix="sec", client_config=secured_broker.client_config)
     yield kit
     kit.close()
+
+
+@pytest.fixture
+def collector_off() -> Iterator[None]:
+    """Only reference counting frees objects during the test (what it shows needs no collection)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @pytest.fixture

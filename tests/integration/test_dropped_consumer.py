@@ -15,7 +15,7 @@ import gc
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer
@@ -28,17 +28,6 @@ RECORDS = 200
 #: Longer than any rebalance here: a member kept alive after its application dropped it would
 #: hold its partitions at least this long (until the broker evicts it).
 MAX_POLL_MS = 30_000
-
-
-@pytest.fixture
-def collector_off() -> Iterator[None]:
-    """Only reference counting frees objects during the test (what it shows needs no collection)."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _our_threads_end(before: set[threading.Thread], timeout: float = 15.0) -> None:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from examples import asyncio_service, backpressure, demo, kafka_python_app, long_job, migrate, otel_wiring
+from examples import (
+    asyncio_service,
+    asyncio_share_service,
+    backpressure,
+    demo,
+    kafka_python_app,
+    long_job,
+    migrate,
+    otel_wiring,
+)
 from safeconsumer.testing import Broker, KafkaTestKit, Protocol
 
 
@@ -61,3 +70,12 @@ def test_demo_rows_hold_for_safeconsumer(
     rows = demo.run(kafka.bootstrap_servers, full.bootstrap_servers, secured_broker)
     assert [r.scenario for r in rows if not r.safe_ok] == [], demo._table(rows)
     assert len(rows) == len(demo.SCENARIOS) + 2  # the scenarios, GROUP_MAX_SIZE_REACHED, the wrong password
+
+
+def test_asyncio_share_service(kafka: KafkaTestKit) -> None:
+    """Two share-group members on one partition, in an asyncio service whose requests stay fast."""
+    out = asyncio_share_service.run(kafka.bootstrap_servers, records=1000)
+    assert out.processed == 999 and out.dead_lettered == 1, out
+    assert out.by_service > 0 and out.by_peer > 0, f"one member processed everything: {out}"
+    assert out.requests > 20
+    assert out.slowest_request < 0.5, f"a request took {out.slowest_request:.2f}s: the loop was blocked"

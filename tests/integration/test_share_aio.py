@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+import weakref
 from typing import Any
 
 import pytest
@@ -200,3 +202,34 @@ def test_calls_after_close_raise_upstreams_errors(kafka: KafkaTestKit) -> None:
             theirs.append((type(exc), exc.args))
     assert len(theirs) == 3
     assert [(t.__name__, a) for t, a in ours] == [(t.__name__, a) for t, a in theirs]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_dropped_consumer_is_freed_where_it_is_dropped_and_its_batch_goes_back(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], collector_off: None, mode: str
+) -> None:
+    topic, group = _prepared(kafka, 10)
+
+    async def main() -> tuple[weakref.ref[SafeAIOShareConsumer], weakref.ref[Any], int]:
+        c = SafeAIOShareConsumer(_conf(kafka, group, mode))
+        await c.subscribe([topic])
+        handed = len(await _read(c, 1, ack=False))
+        refs = weakref.ref(c), weakref.ref(c.consumer)
+        del c
+        return *refs, handed
+
+    dropped, underneath, handed = asyncio.run(main())
+    # The executor's thread lets go of its last call's work item just after the loop got its
+    # result: reference counting frees the consumer then, without a collection.
+    deadline = time.monotonic() + 5
+    while dropped() is not None or underneath() is not None:
+        assert time.monotonic() < deadline, "a cycle or a thread keeps the dropped consumer alive"
+        time.sleep(0.01)
+    assert handed >= 1
+    peer = _peer_reads(kafka, group, topic, closing)
+    again = _read_until(peer, lambda got: len(got) >= 10, timeout=30, what="all 10 read by the peer", ack=True)
+    assert sorted(m.offset() or 0 for m in again) == list(range(10))
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("safeconsumer-aio-share") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the dropped consumer's executor thread never ended"
+        time.sleep(0.05)
