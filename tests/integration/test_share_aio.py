@@ -233,3 +233,68 @@ def test_a_dropped_consumer_is_freed_where_it_is_dropped_and_its_batch_goes_back
     while any(t.name.startswith("safeconsumer-aio-share") for t in threading.enumerate()):
         assert time.monotonic() < deadline, "the dropped consumer's executor thread never ended"
         time.sleep(0.05)
+
+
+async def _a_batch(c: SafeAIOShareConsumer) -> Any:
+    for _ in range(120):
+        batch = await c.poll(0.5)
+        if len(batch):
+            return batch
+    raise AssertionError("no batch within 60 s")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_keepalive_gives_back_the_rest_of_the_batch_during_a_long_await(kafka: KafkaTestKit, mode: str) -> None:
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="4000")
+    kafka.produce(topic, 20, partitions=1)
+
+    async def main() -> tuple[int, int, list[int], int]:
+        async with SafeAIOShareConsumer(_conf(kafka, group, mode)) as c:
+            await c.subscribe([topic])
+            deadline = time.monotonic() + 15
+            while c.consumer.group_settings.lock_ms != 4000:  # read at the subscription, off the loop
+                assert time.monotonic() < deadline, "the group's lock was never read"
+                await asyncio.sleep(0.05)
+            batch = await _a_batch(c)
+            first = next(iter(batch))
+            async with c.keepalive():  # long work on the first record: past 3 s the rest goes back
+                deadline = time.monotonic() + 10
+                while c.released_early == 0:
+                    assert time.monotonic() < deadline, "the rest was never given back"
+                    await asyncio.sleep(0.05)
+            if mode == "explicit":
+                await c.acknowledge(first)
+            result = await c.commit_sync(10)
+            assert all(exc is None for exc in result.values()), result
+            return len(batch), c.released_early, [m.offset() or 0 for m in batch], first.offset() or 0
+
+    size, released, handed, first = asyncio.run(main())
+    assert size > 1
+    assert released == size - 1
+    assert handed == [first]  # the iterator hands out nothing given back
+
+
+def test_pause_topics_gives_back_what_was_not_reached(kafka: KafkaTestKit) -> None:
+    topic, group = _prepared(kafka, 20)
+
+    async def main() -> tuple[int, list[int], list[str], list[Message], int]:
+        async with SafeAIOShareConsumer(_conf(kafka, group)) as c:
+            await c.subscribe([topic])
+            batch = await _a_batch(c)
+            size = len(batch)
+            first = next(iter(batch))
+            await c.pause_topics(topic)
+            paused = await c.paused_topics()
+            handed = [m.offset() or 0 for m in batch]
+            await c.poll(0.1)  # accepts the one record reached
+            await c.resume_topics(topic)
+            rest = await _read(c, 19, ack=False)
+            return first.offset() or 0, handed, paused, rest, size
+
+    first, handed, paused, rest, size = asyncio.run(main())
+    assert paused == [topic]
+    assert handed == [first]  # the rest given back, never handed out
+    assert first not in {m.offset() for m in rest}
+    assert sorted(m.offset() or 0 for m in rest) == [o for o in range(20) if o != first]
+    assert all(m.delivery_count() == 2 for m in rest if (m.offset() or 0) < size)
