@@ -12,7 +12,7 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -122,3 +122,42 @@ class LoopLogger:
 
     def log(self, *args: Any, **kwargs: Any) -> None:
         self._loop.call_soon_threadsafe(functools.partial(self._logger.log, *args, **kwargs))
+
+
+def own_executor(
+    executor: concurrent.futures.Executor | None, max_workers: int, prefix: str
+) -> tuple[concurrent.futures.Executor, bool]:
+    """The executor an asyncio consumer runs its calls on: ``executor``, or one of ``max_workers``
+    threads it creates (and owns: shut down by its ``close()``)."""
+    if executor is not None:
+        return executor, False
+    if max_workers < 1:
+        raise ValueError("max_workers must be at least 1")
+    return concurrent.futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=prefix), True
+
+
+def on_loop_conf(loop: asyncio.AbstractEventLoop, consumer_conf: Any) -> Any:
+    """``consumer_conf`` with its coroutine callbacks run on ``loop`` and its ``logger`` logging there."""
+    conf = dict(consumer_conf) if isinstance(consumer_conf, Mapping) else consumer_conf
+    if isinstance(conf, dict):
+        for name in CONF_CALLBACKS:
+            if conf.get(name) is not None:
+                conf[name] = on_loop(loop, conf[name])
+        if conf.get("logger") is not None:
+            conf["logger"] = LoopLogger(loop, conf["logger"])
+    return conf
+
+
+async def shut_down(executor: concurrent.futures.Executor, name: str) -> None:
+    """Wait for ``executor``'s threads to end, on a thread of its own (none is left behind)."""
+    loop = asyncio.get_running_loop()
+    finished = loop.create_future()
+
+    def run() -> None:
+        executor.shutdown(wait=True)
+        loop.call_soon_threadsafe(finished.set_result, None)
+
+    closer = threading.Thread(target=run, name=name, daemon=True)
+    closer.start()
+    await finished
+    closer.join()  # it has nothing left to do but end

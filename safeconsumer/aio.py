@@ -31,13 +31,13 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from confluent_kafka import Message, TopicPartition
 
 from ._errors import consumer_closed
-from ._loop import CHANNEL, CONF_CALLBACKS, AsyncKeepalive, LoopLogger, on_loop
+from ._loop import CHANNEL, AsyncKeepalive, on_loop, on_loop_conf, own_executor, shut_down
 from .consumer._facade import SafeConsumer
 from .consumer._partitions import Receipt
 from .consumer._pause import PauseState
@@ -85,22 +85,9 @@ class SafeAIOConsumer:
         **options: Any,
     ) -> None:
         self._closed = False
-        self._owns_executor = executor is None
-        if executor is None:
-            if max_workers < 1:
-                raise ValueError("max_workers must be at least 1")
-            executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=max_workers, thread_name_prefix="safeconsumer-aio"
-            )
-        self.executor = executor
+        self.executor, self._owns_executor = own_executor(executor, max_workers, "safeconsumer-aio")
         self._loop = asyncio.get_running_loop()
-        conf = dict(consumer_conf) if isinstance(consumer_conf, Mapping) else consumer_conf
-        if isinstance(conf, dict):
-            for name in CONF_CALLBACKS:
-                if conf.get(name) is not None:
-                    conf[name] = on_loop(self._loop, conf[name])
-            if conf.get("logger") is not None:
-                conf["logger"] = LoopLogger(self._loop, conf["logger"])
+        conf = on_loop_conf(self._loop, consumer_conf)
         self._consumer = SafeConsumer(conf, **options)
         #: The lock, lane and give-back of the consumer underneath (see _receive and poll).
         self._link = port_of(self._consumer, "poll").async_link()
@@ -235,20 +222,7 @@ class SafeAIOConsumer:
         finally:
             self._closed = True
             if self._owns_executor:
-                await self._shut_down_executor()
-
-    async def _shut_down_executor(self) -> None:
-        """Wait for the executor's threads to end, on a thread of its own (none is left behind)."""
-        loop, finished = self._loop, self._loop.create_future()
-
-        def shut_down() -> None:
-            self.executor.shutdown(wait=True)
-            loop.call_soon_threadsafe(finished.set_result, None)
-
-        closer = threading.Thread(target=shut_down, name="safeconsumer-aio-close", daemon=True)
-        closer.start()
-        await finished
-        closer.join()  # it has nothing left to do but end
+                await shut_down(self.executor, "safeconsumer-aio-close")
 
     async def seek(self, *args: Any, **kwargs: Any) -> None:
         await self._call("seek", *args, **kwargs)

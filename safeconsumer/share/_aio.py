@@ -25,12 +25,12 @@ import concurrent.futures
 import functools
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from confluent_kafka import Message
 
-from .._loop import CONF_CALLBACKS, AsyncKeepalive, LoopLogger, on_loop
+from .._loop import AsyncKeepalive, on_loop, on_loop_conf, own_executor, shut_down
 from ._consumer import SafeShareConsumer
 from ._port import port_of
 
@@ -68,22 +68,9 @@ class SafeAIOShareConsumer:
         **options: Any,
     ) -> None:
         self._closed = False
-        self._owns_executor = executor is None
-        if executor is None:
-            if max_workers < 1:
-                raise ValueError("max_workers must be at least 1")
-            executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=max_workers, thread_name_prefix="safeconsumer-aio-share"
-            )
-        self.executor = executor
+        self.executor, self._owns_executor = own_executor(executor, max_workers, "safeconsumer-aio-share")
         self._loop = asyncio.get_running_loop()
-        conf = dict(consumer_conf) if isinstance(consumer_conf, Mapping) else consumer_conf
-        if isinstance(conf, dict):
-            for name in CONF_CALLBACKS:
-                if conf.get(name) is not None:
-                    conf[name] = on_loop(self._loop, conf[name])
-            if conf.get("logger") is not None:
-                conf["logger"] = LoopLogger(self._loop, conf["logger"])
+        conf = on_loop_conf(self._loop, consumer_conf)
         self._consumer = SafeShareConsumer(conf, **options)
         self._port = port_of(self._consumer)
         #: One call of the share consumer at a time, from whichever executor thread.
@@ -198,21 +185,8 @@ class SafeAIOShareConsumer:
         finally:
             self._closed = True
             if self._owns_executor:
-                await self._shut_down_executor()
+                await shut_down(self.executor, "safeconsumer-aio-share-close")
 
-    async def _shut_down_executor(self) -> None:
-        loop, finished = self._loop, self._loop.create_future()
-
-        def shut_down() -> None:
-            self.executor.shutdown(wait=True)
-            loop.call_soon_threadsafe(finished.set_result, None)
-
-        closer = threading.Thread(target=shut_down, name="safeconsumer-aio-share-close", daemon=True)
-        closer.start()
-        await finished
-        closer.join()
-
-    # -- SafeShareConsumer's additions ----------------------------------------------------------
     async def pause(self) -> None:
         await self._call("pause")
 
