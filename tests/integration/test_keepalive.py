@@ -57,6 +57,17 @@ def _two_members(
     peer.subscribe([topic], on_assign=watch.on_assign, on_revoke=watch.on_revoke)
     pump([(a, ra), (peer, rp)], lambda: len(a.assignment()) == 1 == len(peer.assignment()), timeout=45, what="split")
     pump([(a, ra), (peer, rp)], lambda: len(ra.records) + len(rp.records) >= 100, timeout=30, what="100 records")
+
+    # The group settled: the broker holds no rebalance round open (cooperative-sticky's follow-up
+    # rounds can come after both members see their one partition), and the peer saw no event since
+    # the previous check (its callbacks run in the polls between two checks).
+    seen = [-1]
+
+    def settled() -> bool:
+        count, seen[0] = seen[0], len(watch.events)
+        return count == seen[0] and kafka.describe_group(group).state == "STABLE"
+
+    pump([(a, ra), (peer, rp)], settled, timeout=30, what="the group stable")
     return topic, group, a, ra, peer, rp, watch
 
 
