@@ -21,6 +21,7 @@ for every method of ``ShareConsumer``, ``async with``, ``async with consumer.kee
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import functools
 import sys
@@ -79,7 +80,7 @@ class SafeAIOShareConsumer:
         #: has its batch (or was cancelled), so that no later call accepts a batch nobody received.
         self._order = asyncio.Lock()
         #: Batches of polls cancelled after librdkafka returned them, given back before the next call.
-        self._cancelled: list[Any] = []
+        self._cancelled: collections.deque[Any] = collections.deque()
 
     def __repr__(self) -> str:
         return f"<SafeAIOShareConsumer of {self._consumer!r}>"
@@ -100,7 +101,7 @@ class SafeAIOShareConsumer:
 
     def _give_back_cancelled(self) -> None:
         while self._cancelled:
-            self._port.give_back(self._cancelled.pop(0))
+            self._port.give_back(self._cancelled.popleft())
 
     async def _run(self, call: Callable[[], T]) -> T:
         return await self._loop.run_in_executor(self.executor, functools.partial(self._locked, call))
@@ -137,10 +138,10 @@ class SafeAIOShareConsumer:
                 with call.lock:
                     call.cancelled = True
                     returned, call.result = call.result, None
-                if returned is not None:  # it returned, but never reached the caller
-                    self._cancelled.append(returned)
+                if returned is not None:  # it returned, but never reached the caller: back now,
+                    self._cancelled.append(returned)  # or first thing in the next call
                     if not self._closed:
-                        self.executor.submit(self._locked, lambda: None)
+                        self.executor.submit(self._locked, self._give_back_cancelled)
                 raise
 
     async def subscribe(self, *args: Any, **kwargs: Any) -> None:
@@ -216,7 +217,7 @@ class SafeAIOShareConsumer:
         """``async with consumer.keepalive(): await long_work(msg)``: the records of the batch not
         reached yet go back before their locks run out (see :meth:`SafeShareConsumer.keepalive`)."""
         if self._closed:
-            self._consumer.keepalive().__enter__()  # upstream's error for a closed consumer
+            self._consumer.keepalive().__enter__()  # the closed consumer's error, at once
         return AsyncKeepalive(self._run, self._consumer)
 
     async def handle(self, message: Message, handler: Callable[[Message], Any]) -> Any:
@@ -226,7 +227,7 @@ class SafeAIOShareConsumer:
         keepalive()``; acknowledgements and the dead-letter write run off the event loop."""
         consumer = self._consumer
         if self._closed:
-            return consumer.handle(message, handler)  # upstream's error for a closed consumer
+            return consumer.handle(message, handler)  # the closed consumer's error (the handler never runs)
         port = self._port
         before = await self._run(functools.partial(port.handling, message))
         try:

@@ -529,6 +529,7 @@ class SafeShareConsumer(ShareConsumer):
         Returns the policy's counters, for :meth:`_handled`."""
         if self._fatal is not None:
             raise self._fatal
+        self._check_open("handle")
         batch = self._batch
         if batch is not None:
             batch.handled.add(id(message))
@@ -578,6 +579,7 @@ class SafeShareConsumer(ShareConsumer):
         back from a timer thread (the application must not call the consumer inside the block). A
         share consumer cannot renew a lock (librdkafka has no RENEW yet): the record being worked on
         stays the application's until its lock runs out; acknowledged later, it is reported."""
+        self._check_open("keepalive")
         batch = self._batch
         timer: threading.Timer | None = None
         if batch is not None and len(batch.live) > batch.position():

@@ -298,3 +298,22 @@ def test_pause_topics_gives_back_what_was_not_reached(kafka: KafkaTestKit) -> No
     assert first not in {m.offset() for m in rest}
     assert sorted(m.offset() or 0 for m in rest) == [o for o in range(20) if o != first]
     assert all(m.delivery_count() == 2 for m in rest if (m.offset() or 0) < size)
+
+
+def test_handle_and_keepalive_after_close_are_clear_errors_and_run_nothing(kafka: KafkaTestKit) -> None:
+    ran: list[Message] = []
+
+    async def process(m: Message) -> None:
+        ran.append(m)
+
+    async def main() -> None:
+        c = SafeAIOShareConsumer(_conf(kafka, kafka.name("g")))
+        await c.close()
+        with pytest.raises(RuntimeError, match=r"handle\(\) on a closed SafeShareConsumer"):
+            await c.handle(Message(topic="t", partition=0, offset=0), process)
+        with pytest.raises(RuntimeError, match=r"keepalive\(\) on a closed SafeShareConsumer"):
+            async with c.keepalive():
+                pass
+
+    asyncio.run(main())
+    assert ran == []
