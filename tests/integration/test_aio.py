@@ -211,13 +211,11 @@ def test_close_from_another_task_while_a_poll_waits_leaves_no_thread(kafka: Kafk
 def test_a_coroutine_awaiting_longer_than_max_poll_interval_stays_in_the_group(
     kafka: KafkaTestKit, protocol: Protocol
 ) -> None:
-    """I5: ``await asyncio.sleep(3 x max.poll.interval.ms)`` outside and inside ``keepalive()``."""
+    """I5: ``await asyncio.sleep(2 x max.poll.interval.ms)`` outside and inside ``keepalive()``."""
     topic = kafka.create_topic(partitions=2)
     group = kafka.name("g")
-    max_poll = 3.0
+    max_poll = 6.0  # no shorter than the kit's 6 s session: a broker slowed by the suite's load must not evict
     extra: dict[str, Any] = {"max_poll_interval_ms": int(max_poll * 1000)}
-    if protocol != "consumer":
-        extra |= {"session_timeout_ms": 3000, "heartbeat_interval_ms": 300}
 
     async def main() -> None:
         c = SafeAIOConsumer(kafka.consumer_conf(group, protocol, **extra), keepalive_after=1.0)
@@ -233,10 +231,10 @@ def test_a_coroutine_awaiting_longer_than_max_poll_interval_stays_in_the_group(
             return len(await c.assignment()) == 2
 
         await _until(assigned, timeout=45, what="the assignment")
-        await asyncio.sleep(3 * max_poll)  # the automatic keepalive
+        await asyncio.sleep(2 * max_poll)  # the automatic keepalive
         assert await c.poll(0.5) is None
         async with c.keepalive():
-            await asyncio.sleep(3 * max_poll)
+            await asyncio.sleep(2 * max_poll)
         assert await c.poll(0.5) is None
         assert moves == [], f"the member was evicted: {moves}"
         assert len(await c.assignment()) == 2
