@@ -139,21 +139,28 @@ def fatal_error_of(third: SafeConsumer, members: Sequence[tuple[Consumer, Receiv
     return raised[0]
 
 
-def run_fatal_spark_job(spark: Any, factory: Callable[[Mapping[str, str]], Any], out_dir: str, prefix: str) -> Any:
-    """Two ``ConsumeTask``s on a broker with ``group.max.size=1``, both members for 12 s: the second
-    to join finds the group full. Returns the figures of the ``SparkConsumerFatalError`` the job raised."""
+def run_fatal_spark_job(
+    spark: Any, factory: Callable[[Mapping[str, str]], Any], out_dir: str, prefix: str, *, share: bool = False
+) -> Any:
+    """Two tasks on a broker whose groups take one member, both members for 12 s: the second to join
+    finds the group full (``ConsumeTask``s, or with ``share`` ``ShareConsumeTask``s in a share group at
+    ``group.share.max.size``). Returns the figures of the ``SparkConsumerFatalError`` the job raised."""
     import pytest
 
     from examples.spark_pipeline import FileSink
-    from safeconsumer.spark import ConsumeTask, SparkConsumerFatalError, run_consumer_tasks
+    from safeconsumer.spark import ConsumeTask, ShareConsumeTask, SparkConsumerFatalError, run_consumer_tasks
 
-    kit = KafkaTestKit(
-        factory({"group.max.size": "1", "group.consumer.max.size": "1"}).bootstrap_servers, prefix=prefix
-    )
+    limits = {"group.share.max.size": "1"} if share else {"group.max.size": "1", "group.consumer.max.size": "1"}
+    kit = KafkaTestKit(factory(limits).bootstrap_servers, prefix=prefix)
     try:
         topic = kit.create_topic(partitions=2)
-        conf = {"bootstrap.servers": kit.bootstrap_servers, "group.id": kit.name("g"), "auto.offset.reset": "earliest"}
-        task = ConsumeTask(conf, [topic], sink=FileSink(out_dir), until_end=False, max_seconds=12)
+        conf = {"bootstrap.servers": kit.bootstrap_servers, "group.id": kit.name("g")}
+        task: ConsumeTask | ShareConsumeTask
+        if share:
+            task = ShareConsumeTask(conf, [topic], sink=FileSink(out_dir), until_end=False, max_seconds=12)
+        else:
+            conf["auto.offset.reset"] = "earliest"
+            task = ConsumeTask(conf, [topic], sink=FileSink(out_dir), until_end=False, max_seconds=12)
         with pytest.raises(SparkConsumerFatalError, match="GroupMaxSizeReachedError") as raised:
             run_consumer_tasks(spark, task, tasks=2)
         return raised.value.figures
@@ -184,16 +191,62 @@ def check_n_in_exactly_n_processed_then_nothing(spark: Any, kafka: KafkaTestKit,
     assert second.records == 0 and len(processed(out_dir)) == n, "the second run processed records again"
 
 
+def produce_in_small_batches(
+    kafka: KafkaTestKit, topic: str, n: int, *, poison: int | None = None, per: int = 10
+) -> None:
+    """``n`` records (values ``b"<i>"``, ``b"poison"`` at offset ``poison``) to partition 0, flushed every
+    ``per`` records: record batches of ``per``. A share group acquires whole record batches (a
+    consumer's ``max.poll.records`` is best effort), so this is what spreads records over members."""
+    for i in range(n):
+        kafka.producer.produce(topic, value=b"poison" if i == poison else str(i).encode(), partition=0)
+        if (i + 1) % per == 0:
+            assert kafka.producer.flush(30) == 0
+    assert kafka.producer.flush(30) == 0
+
+
+def check_share_tasks_share_one_partition(spark: Any, kafka: KafkaTestKit, out_dir: str) -> Any:
+    """Two ``ShareConsumeTask``s on a one-partition topic (more tasks than partitions) holding a poison
+    record: both tasks are handed records of the partition, every other record reaches the sink once,
+    the poison record is in the dead-letter topic (archived with a copy), nothing is handed out twice
+    (no rebalance made anyone's work go to another), and a second run finds nothing. Returns the
+    first run's figures."""
+    from dataclasses import replace
+
+    from examples.spark_pipeline import processed
+    from safeconsumer import DeadLetter
+    from safeconsumer.spark import ShareConsumeTask, run_consumer_tasks
+
+    n, poison = 600, 123
+    topic, dlq, group = kafka.create_topic(partitions=1), kafka.create_topic(), kafka.name("g")
+    produce_in_small_batches(kafka, topic, n, poison=poison)
+    conf = {**kafka.client_config, "group.id": group, "max.poll.records": 10}
+    # 0.1 s of work per batch of 10: one task alone would take 6 s, so the other joins long before the end.
+    sink = RefusingSink(out_dir, delay=0.1)
+    task = ShareConsumeTask(conf, [topic], sink, start="earliest", poison=DeadLetter(dlq), idle_seconds=30)
+    figures = run_consumer_tasks(spark, task, tasks=2)
+    rows = processed(out_dir)
+    assert sorted(o for _, _, o in rows) == [o for o in range(n) if o != poison], "a record lost or written twice"
+    assert figures.tasks == 2 and all(r > 0 for r in figures.task_records), f"a task had no records: {figures}"
+    assert figures.records == n and figures.accepted == n - 1 and figures.dead_lettered == 1, figures
+    assert figures.redelivered == 0 and figures.lock_overruns == 0, figures
+    assert kafka.end_offsets(dlq) == {0: 1}, "the poison record is not in the dead-letter topic"
+    second = run_consumer_tasks(spark, replace(task, idle_seconds=5), tasks=2)
+    assert second.records == 0 and len(processed(out_dir)) == n - 1, second
+    return figures
+
+
 class RefusingSink:
     """A Spark sink (picklable, runs in Spark's Python workers) that writes as ``FileSink`` does and
-    refuses any batch holding a record whose value is ``b"poison"``."""
+    refuses any batch holding a record whose value is ``b"poison"``; ``delay``: seconds of work per batch."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, delay: float = 0.0) -> None:
         from examples.spark_pipeline import FileSink
 
         self.files = FileSink(directory)
+        self.delay = delay
 
     def __call__(self, records: list[Message]) -> None:
+        time.sleep(self.delay)
         if any(m.value() == b"poison" for m in records):
             raise ValueError("the sink refuses this record")
         self.files(records)

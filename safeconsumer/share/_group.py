@@ -101,6 +101,18 @@ def set_start(admin: AdminClient, group: str, start: Start, timeout: float = 10.
 
 def records_held(admin: AdminClient, topics: Iterable[str], timeout: float = 10.0) -> dict[str, int]:
     """How many records each topic's partitions hold now (end minus start offsets), by topic."""
+    low, high = offsets(admin, topics, "earliest", timeout), offsets(admin, topics, "latest", timeout)
+    held: dict[str, int] = {}
+    for key, end in high.items():
+        held[key[0]] = held.get(key[0], 0) + max(0, end - low.get(key, end))
+    return held
+
+
+def offsets(
+    admin: AdminClient, topics: Iterable[str], which: Start, timeout: float = 10.0
+) -> dict[tuple[str, int], int]:
+    """The start (``earliest``) or end (``latest``) offset of every partition of ``topics`` that
+    exists, by (topic, partition). Raises ``KafkaException``."""
     names = list(topics)
     if not names:
         return {}
@@ -108,13 +120,6 @@ def records_held(admin: AdminClient, topics: Iterable[str], timeout: float = 10.
     partitions = [TopicPartition(t, p) for t in names if t in metadata for p in metadata[t].partitions]
     if not partitions:
         return {}
-
-    def offsets(spec: Any) -> dict[tuple[str, int], int]:
-        futures = admin.list_offsets({tp: spec for tp in partitions}, request_timeout=timeout)
-        return {(tp.topic, tp.partition): f.result(timeout=timeout + 1).offset for tp, f in futures.items()}
-
-    low, high = offsets(OffsetSpec.earliest()), offsets(OffsetSpec.latest())  # type: ignore[no-untyped-call]
-    held: dict[str, int] = {}
-    for key, end in high.items():
-        held[key[0]] = held.get(key[0], 0) + max(0, end - low.get(key, end))
-    return held
+    spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    futures = admin.list_offsets({tp: spec for tp in partitions}, request_timeout=timeout)
+    return {(tp.topic, tp.partition): f.result(timeout=timeout + 1).offset for tp, f in futures.items()}

@@ -9,10 +9,14 @@ from typing import Any
 import pytest
 
 from examples.spark_pipeline import FileSink, processed, run_pipeline, spark_session
-from safeconsumer.spark import ConsumeTask, run_consumer_tasks
+from safeconsumer.spark import ConsumeTask, ShareConsumeTask, run_consumer_tasks
 from safeconsumer.testing import Broker, KafkaTestKit
 
-from ..support import check_n_in_exactly_n_processed_then_nothing, run_fatal_spark_job
+from ..support import (
+    check_n_in_exactly_n_processed_then_nothing,
+    check_share_tasks_share_one_partition,
+    run_fatal_spark_job,
+)
 
 # Spark's JVMs take both cores for a while: alone, after the parallel phase.
 pytestmark = pytest.mark.serial
@@ -57,6 +61,12 @@ def test_bad_config_fails_on_the_driver_before_any_task(kafka: KafkaTestKit, spa
         run_consumer_tasks(spark, ConsumeTask({**good, "group.instance.id": "w"}, ["t"], sink, instance_ids="w"), 1)
     with pytest.raises(TypeError, match="instance_ids must be a non-empty str"):
         run_consumer_tasks(spark, ConsumeTask(good, ["t"], sink, instance_ids=""), tasks=2)
+    with pytest.raises(ValueError, match="no patterns"):
+        run_consumer_tasks(spark, ShareConsumeTask(good, ["^t"], sink), tasks=2)
+    with pytest.raises(ValueError, match=r"auto\.offset\.reset"):
+        run_consumer_tasks(spark, ShareConsumeTask({**good, "auto.offset.reset": "earliest"}, ["t"], sink), tasks=2)
+    with pytest.raises(TypeError, match="takes a ConsumeTask or a ShareConsumeTask"):
+        run_consumer_tasks(spark, sink, tasks=2)  # type: ignore[call-overload]
     assert not list(tmp_path.iterdir()), "a task ran"
 
 
@@ -66,6 +76,20 @@ def test_a_fatal_error_aborts_the_job_instead_of_being_retried(
     figures = run_fatal_spark_job(spark, kafka_broker_factory, str(tmp_path), "spark-fatal")
     assert figures is not None and figures.tasks == 2, "a task was retried or did not report"
     assert len(figures.fatal) == 1
+
+
+def test_share_tasks_more_than_partitions_every_record_processed_none_archived_without_a_copy(
+    kafka: KafkaTestKit, spark: Any, tmp_path: Path
+) -> None:
+    check_share_tasks_share_one_partition(spark, kafka, str(tmp_path))
+
+
+def test_a_share_task_refused_for_the_group_size_fails_the_job_without_retries(
+    kafka_broker_factory: Callable[[Mapping[str, str]], Broker], spark: Any, tmp_path: Path
+) -> None:
+    figures = run_fatal_spark_job(spark, kafka_broker_factory, str(tmp_path), "spark-share-fatal", share=True)
+    assert figures is not None and figures.tasks == 2, "a task was retried or did not report"
+    assert len(figures.fatal) == 1 and "group.share.max.size" in figures.fatal[0], figures.fatal
 
 
 def test_stable_instance_ids_let_the_next_run_take_its_places_back(

@@ -23,7 +23,11 @@ from examples.spark_pipeline import (
 )
 from safeconsumer.testing import Broker, KafkaTestKit
 
-from ..support import check_n_in_exactly_n_processed_then_nothing, run_fatal_spark_job
+from ..support import (
+    check_n_in_exactly_n_processed_then_nothing,
+    check_share_tasks_share_one_partition,
+    run_fatal_spark_job,
+)
 
 # Spark's JVMs take both cores for a while: alone, after the parallel phase.
 pytestmark = pytest.mark.serial
@@ -51,6 +55,15 @@ def test_on_a_cluster_n_records_in_exactly_n_processed_then_nothing_new(
     assert len(cluster) == 2 and 0 not in cluster, f"the cluster did not run two executor JVMs: {cluster}"
     wrote = executors(str(tmp_path))
     assert wrote and wrote <= cluster, f"batches written outside the cluster's executors: {wrote} vs {cluster}"
+
+
+def test_on_a_cluster_share_tasks_in_two_executors_read_one_partition_side_by_side(
+    kafka: KafkaTestKit, cluster_spark: Any, tmp_path: Path
+) -> None:
+    """More tasks than partitions: the two executors' tasks both consume the topic's one partition."""
+    check_share_tasks_share_one_partition(cluster_spark, kafka, str(tmp_path))
+    wrote = executors(str(tmp_path))
+    assert len(wrote) == 2 and 0 not in wrote, f"the batches were not written by two executor JVMs: {wrote}"
 
 
 def test_on_a_cluster_a_fatal_error_fails_the_job_without_retries(

@@ -1,61 +1,26 @@
-"""SafeConsumers inside PySpark ``foreachPartition`` tasks: one consumer-group member per task.
-
-::
-
-    from safeconsumer.spark import ConsumeTask, run_consumer_tasks
-
-    task = ConsumeTask(conf, ["orders"], sink=write_batch)  # write_batch(records: list[Message])
-    figures = run_consumer_tasks(spark, task, tasks=4)      # on the driver
-    print(figures.records, figures.rebalances)
-
-Each task opens a SafeConsumer, subscribes, and consumes a bounded amount: every partition it
-is assigned up to the end offset seen when it was assigned (``until_end``), within a record
-budget (``max_records``) and a time budget (``max_seconds``). Records reach the sink in batches;
-the batch's offsets are committed (synchronously, only for partitions still owned) after the
-sink returned, never before; the consumer is always closed. A sink slower than
-``max.poll.interval.ms`` is covered by the automatic keepalive.
-
-A fatal error (e.g. GROUP_MAX_SIZE_REACHED) must not be retried into the broker by Spark's task
-retries: the task stops, closes, and *returns* with the error recorded in the job's accumulator;
-:func:`run_consumer_tasks` then raises :class:`SparkConsumerFatalError` on the driver. Used
-directly with ``foreachPartition`` and no accumulator, the task raises the error instead (set
-``spark.task.maxFailures=1`` then). Bad config fails on the driver, in :meth:`ConsumeTask.validate`,
-before any task starts.
-"""
+"""Consumer-group tasks: :class:`ConsumeTask`, one SafeConsumer (a group member) per Spark task, and
+the :class:`TaskFigures` a run of them reports."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
-from ._errors import FatalConsumerError, SafeConsumerError
-from ._keys import Key
-from .consumer._client import group_generation
-from .consumer._config import redact_config
-from .consumer._facade import SafeConsumer, delivery_stats
-from .poison._policy import DeadLetter, Skip
-
-__all__ = ["ConsumeTask", "SparkConsumerFatalError", "TaskFigures", "run_consumer_tasks"]
+from .._errors import FatalConsumerError
+from .._keys import Key
+from ..consumer._client import group_generation
+from ..consumer._config import redact_config
+from ..consumer._facade import SafeConsumer, delivery_stats
+from ..health._explainer import HELPER_LOG
+from ..poison._policy import DeadLetter, Skip
+from ._common import Sink, check_bounds, check_common, partition_id, report
 
 logger = logging.getLogger("safeconsumer")
-
-Sink = Callable[[list[Message]], object]
-
-
-class SparkConsumerFatalError(SafeConsumerError):
-    """A task's consumer hit a fatal error; the job was not retried into the broker.
-
-    ``figures`` holds what the run's tasks did, when known (from :func:`run_consumer_tasks`).
-    """
-
-    def __init__(self, message: str, figures: TaskFigures | None = None) -> None:
-        super().__init__(message)
-        self.figures = figures
 
 
 @dataclass
@@ -88,19 +53,6 @@ class TaskFigures:
             task_seconds=self.task_seconds + other.task_seconds,
             fatal=self.fatal + other.fatal,
         )
-
-
-def _accumulator_param() -> Any:
-    from pyspark.accumulators import AccumulatorParam
-
-    class _FiguresParam(AccumulatorParam[TaskFigures]):
-        def zero(self, value: TaskFigures) -> TaskFigures:
-            return TaskFigures()
-
-        def addInPlace(self, value1: TaskFigures, value2: TaskFigures) -> TaskFigures:
-            return value1.merge(value2)
-
-    return _FiguresParam()
 
 
 @dataclass(frozen=True)
@@ -161,15 +113,7 @@ class ConsumeTask:
 
     def validate(self) -> None:
         """Check everything that can be checked on the driver; raise ValueError/TypeError naming it."""
-        if not isinstance(self.conf, Mapping):
-            raise TypeError(f"ConsumeTask conf must be a dict, got {type(self.conf).__name__}")
-        for key in ("group.id", "bootstrap.servers"):
-            if not self.conf.get(key):
-                raise ValueError(f"ConsumeTask conf needs {key!r}")
-        if isinstance(self.topics, str) or not self.topics or not all(isinstance(t, str) and t for t in self.topics):
-            raise TypeError(f"ConsumeTask topics must be a non-empty list of topic names, got {self.topics!r}")
-        if not callable(self.sink):
-            raise TypeError(f"ConsumeTask sink must be callable, got {type(self.sink).__name__}")
+        check_common("ConsumeTask", self.conf, self.topics, self.sink)
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"ConsumeTask batch_size must be a positive int, got {self.batch_size!r}")
         if self.instance_ids is not None:
@@ -177,8 +121,7 @@ class ConsumeTask:
                 raise TypeError(f"ConsumeTask instance_ids must be a non-empty str, got {self.instance_ids!r}")
             if self.conf.get("group.instance.id"):
                 raise ValueError("ConsumeTask conf sets group.instance.id and instance_ids: use instance_ids alone")
-        if not self.until_end and self.max_records is None and self.max_seconds is None:
-            raise ValueError("ConsumeTask is unbounded: set until_end, max_records or max_seconds")
+        check_bounds("ConsumeTask", self.until_end, self.max_records, self.max_seconds, self.idle_seconds)
         # librdkafka checks every config key and value when a client is created; no connection
         # is made until the consumer subscribes.
         try:
@@ -191,17 +134,7 @@ class ConsumeTask:
 
     # -- on the executor -----------------------------------------------------------------
     def __call__(self, _rows: Iterable[Any]) -> None:
-        index = None
-        if self.instance_ids is not None:
-            from pyspark import TaskContext
-
-            context = TaskContext.get()
-            index = context.partitionId() if context is not None else None
-        figures = self.run(index)
-        if self.figures is not None:
-            self.figures.add(figures)
-        elif figures.fatal:
-            raise SparkConsumerFatalError(figures.fatal[0])
+        report(self.run(partition_id() if self.instance_ids is not None else None), self.figures)
 
     def run(self, index: int | None = None) -> TaskFigures:
         """Consume one bounded run; return its figures (a fatal error is recorded, not raised).
@@ -212,7 +145,7 @@ class ConsumeTask:
         ends: dict[Key, int] = {}
         done: dict[Key, int] = {}  # next offset to process, per partition
         rebalances = 0
-        conf = self._consumer_conf()
+        conf = {"logger": HELPER_LOG, **self._consumer_conf()}  # librdkafka's lines to logging, not stderr
         if self.instance_ids is not None:
             if index is None:
                 raise ValueError("ConsumeTask with instance_ids runs inside a Spark task, or takes run(index)")
@@ -287,32 +220,3 @@ class ConsumeTask:
         figures.purged = stats.purged_revoked + stats.purged_lost + stats.purged_unowned + stats.purged_seek
         figures.task_seconds = [time.monotonic() - started]
         return figures
-
-
-def run_consumer_tasks(spark: Any, task: ConsumeTask, tasks: int) -> TaskFigures:
-    """Run ``tasks`` copies of ``task`` as one Spark job (``foreachPartition``) and sum their figures.
-
-    ``spark`` is a SparkSession or SparkContext. The task is validated here, on the driver,
-    before any Spark task starts. Raises :class:`SparkConsumerFatalError` if any task's consumer
-    hit a fatal error (those tasks returned instead of failing, so Spark did not retry them).
-    """
-    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
-        raise ValueError(f"tasks must be a positive int, got {tasks!r}")
-    if not isinstance(task, ConsumeTask):
-        raise TypeError(f"run_consumer_tasks() takes a ConsumeTask, got {type(task).__name__}")
-    task.validate()
-    if tasks > 1 and task.conf.get("group.instance.id"):
-        raise ValueError(
-            f"{tasks} tasks cannot share one group.instance.id (the broker would fence them): "
-            "use ConsumeTask(instance_ids=...) for one per task"
-        )
-    sc = getattr(spark, "sparkContext", spark)
-    accumulator = sc.accumulator(TaskFigures(), _accumulator_param())
-    sc.parallelize(range(tasks), tasks).foreachPartition(replace(task, figures=accumulator))
-    figures: TaskFigures = accumulator.value
-    if figures.fatal:
-        raise SparkConsumerFatalError(
-            f"{len(figures.fatal)} task(s) stopped by a fatal consumer error and were not retried: {figures.fatal[0]}",
-            figures,
-        )
-    return figures

@@ -1,0 +1,249 @@
+"""Share-group tasks: :class:`ShareConsumeTask`, one SafeShareConsumer per Spark task, and the
+:class:`ShareTaskFigures` a run of them reports.
+
+A share group (KIP-932) hands each record to one member under a lock and has no partition
+ownership: tasks joining and leaving never stop the others (no rebalance), and a job may run more
+tasks than the topics have partitions. Each batch is acknowledged after the sink returned it,
+never before; a sink that raises gives the batch back (released: handed out again at once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message
+from confluent_kafka.admin import AdminClient
+
+from .._errors import FatalConsumerError
+from ..consumer._config import redact_config
+from ..health._explainer import HELPER_LOG, admin_config
+from ..poison._policy import DeadLetter, Skip
+from ..share._consumer import MODE_KEY, SafeShareConsumer
+from ..share._group import STARTS, offsets
+from ._common import Sink, check_bounds, check_common, report
+
+logger = logging.getLogger("safeconsumer")
+
+#: With ``until_end``, a task that got records stops once the group has had nothing for it this long
+#: (seconds): what is left of the backlog is locked by other tasks, or there is none.
+DRAINED_AFTER = 2.0
+#: How long a task's ``poll()`` waits for records, and ``commit_sync()`` for the broker's answer.
+POLL_SECONDS = 1.0
+COMMIT_SECONDS = 30.0
+
+
+@dataclass
+class ShareTaskFigures:
+    """What the share-group tasks of one run did, summed over tasks (per-task times kept apart)."""
+
+    tasks: int = 0
+    #: Records handed to the sink (a record the sink refused and then took alone counts once).
+    records: int = 0
+    batches: int = 0
+    #: Records acknowledged (ACCEPT) after the sink returned, and the broker took it.
+    accepted: int = 0
+    #: Records given back (RELEASE) because the sink raised with no poison policy.
+    released: int = 0
+    #: Records the poison policy skipped or dead-lettered (rejected: the broker archives them).
+    skipped: int = 0
+    dead_lettered: int = 0
+    #: Records handed to a task on a second or later delivery: work a peer or an earlier run may
+    #: have started (what a consumer group's rebalance costs; a share group's only on failure).
+    redelivered: int = 0
+    #: Records acknowledged after their lock ran out (the sink outlasted the group's lock).
+    lock_overruns: int = 0
+    #: Records each task handed its sink, one entry per task: how the work spread over the tasks.
+    task_records: list[int] = field(default_factory=list)
+    task_seconds: list[float] = field(default_factory=list)
+    fatal: list[str] = field(default_factory=list)
+
+    def merge(self, other: ShareTaskFigures) -> ShareTaskFigures:
+        return ShareTaskFigures(
+            tasks=self.tasks + other.tasks,
+            records=self.records + other.records,
+            batches=self.batches + other.batches,
+            accepted=self.accepted + other.accepted,
+            released=self.released + other.released,
+            skipped=self.skipped + other.skipped,
+            dead_lettered=self.dead_lettered + other.dead_lettered,
+            redelivered=self.redelivered + other.redelivered,
+            lock_overruns=self.lock_overruns + other.lock_overruns,
+            task_records=self.task_records + other.task_records,
+            task_seconds=self.task_seconds + other.task_seconds,
+            fatal=self.fatal + other.fatal,
+        )
+
+
+@dataclass(frozen=True)
+class ShareConsumeTask:
+    """A picklable ``foreachPartition`` function: one bounded SafeShareConsumer run per Spark partition.
+
+    :param conf: the share consumer config (``group.id`` and ``bootstrap.servers`` required);
+        ``share.acknowledgement.mode`` is the task's: each batch is acknowledged after the sink
+        returned it (explicit mode).
+    :param topics: topic names to subscribe to (share groups take no patterns).
+    :param sink: ``sink(records)`` processes one batch (one ``poll()``'s records); it runs on the
+        executor. When it raises, the batch is released (handed out again at once) and the task
+        fails, unless a ``poison`` policy takes the records it still refuses one at a time.
+    :param until_end: stop once the backlog seen at start (the end offsets of the topics'
+        partitions when the task started) is behind the group: the task was handed a record at or
+        past the end of every partition that held records (a share group hands a partition's
+        records out in offset order), or the group had nothing for it for :data:`DRAINED_AFTER`
+        seconds after it got records (the rest is in other tasks' hands). A task whose topics held
+        nothing at its start returns at once.
+    :param max_records: stop once this many records reached the sink (a batch is processed
+        whole: none of it is released to cut it, so the last one may go past the budget).
+    :param max_seconds: stop after this many seconds (None: no time budget).
+    :param idle_seconds: stop when the group handed the task nothing for this long from its start.
+    :param start: where a share group without state starts (``"earliest"``/``"latest"``; None: the
+        group's own setting, ``latest`` unless set), as ``SafeShareConsumer(start=...)``.
+    :param poison: ``Skip()`` or ``DeadLetter(...)``: a batch the sink refuses is handed to the sink
+        again one record at a time, and each record it still refuses is skipped or dead-lettered
+        (then rejected); a record on its last delivery is dead-lettered before the sink gets it.
+    """
+
+    conf: Mapping[str, Any]
+    topics: Sequence[str]
+    sink: Sink
+    until_end: bool = True
+    max_records: int | None = None
+    max_seconds: float | None = 300.0
+    idle_seconds: float = 15.0
+    start: str | None = None
+    poison: Skip | DeadLetter | None = None
+    figures: Any = field(default=None, compare=False)
+    """The run's accumulator, set by :func:`run_consumer_tasks`."""
+
+    def __repr__(self) -> str:
+        return f"ShareConsumeTask(conf={redact_config(self.conf)!r}, topics={list(self.topics)!r})"
+
+    def validate(self) -> None:
+        """Check everything that can be checked on the driver; raise ValueError/TypeError naming it."""
+        check_common("ShareConsumeTask", self.conf, self.topics, self.sink)
+        patterns = [t for t in self.topics if t.startswith("^")]
+        if patterns:
+            raise ValueError(f"ShareConsumeTask topics must be names: share groups take no patterns, got {patterns}")
+        if self.start is not None and self.start not in STARTS:
+            raise ValueError(f"ShareConsumeTask start must be one of {', '.join(map(repr, STARTS))} or None")
+        check_bounds("ShareConsumeTask", self.until_end, self.max_records, self.max_seconds, self.idle_seconds)
+        # librdkafka checks every config key and value when a client is created (a share consumer
+        # also starts connecting: its log goes to the helpers' logger, not stderr).
+        try:
+            SafeShareConsumer({**self._consumer_conf(), "logger": HELPER_LOG}, poison=self.poison).close()
+        except KafkaException as exc:
+            raise ValueError(f"ShareConsumeTask conf is invalid: {exc.args[0].str()}") from exc
+        except ValueError as exc:  # upstream's own refusals (auto.offset.reset)
+            raise ValueError(f"ShareConsumeTask conf is invalid: {exc}") from exc
+
+    def _consumer_conf(self) -> dict[str, Any]:
+        return {**self.conf, MODE_KEY: "explicit"}
+
+    # -- on the executor -----------------------------------------------------------------
+    def __call__(self, _rows: Iterable[Any]) -> None:
+        report(self.run(), self.figures)
+
+    def run(self) -> ShareTaskFigures:
+        """Consume one bounded run; return its figures (a fatal error is recorded, not raised)."""
+        started = time.monotonic()
+        figures = ShareTaskFigures(tasks=1)
+        ends = self._ends() if self.until_end else {}
+        backlog = {key for key, end in ends.items() if end > 0}
+        if self.until_end and not backlog:  # the topics held nothing when the task started
+            figures.task_records, figures.task_seconds = [0], [time.monotonic() - started]
+            return figures
+        passed: set[tuple[str, int]] = set()  # partitions the group handed a record of past its end
+        conf = {"logger": HELPER_LOG, **self._consumer_conf()}  # librdkafka's lines to logging, not stderr
+        consumer = SafeShareConsumer(conf, start=self.start, poison=self.poison)
+        try:
+            consumer.subscribe(list(self.topics))
+            last = time.monotonic()  # the last batch, or the start
+            while not self._spent(started, figures):
+                try:
+                    batch = [m for m in consumer.poll(POLL_SECONDS) if m.error() is None]
+                except KafkaException as exc:
+                    if _code(exc) != KafkaError._MAX_POLL_EXCEEDED:
+                        raise
+                    # The sink outlasted max.poll.interval.ms: librdkafka took the member out of the
+                    # group (what it held was given back, SafeShareConsumer said so); this poll rejoins.
+                    continue
+                if not batch:
+                    quiet = time.monotonic() - last
+                    if quiet >= self.idle_seconds or (self.until_end and figures.records and quiet >= DRAINED_AFTER):
+                        break
+                    continue
+                last = time.monotonic()
+                figures.redelivered += sum((m.delivery_count() or 1) > 1 for m in batch)
+                self._process(consumer, batch, figures)
+                passed.update(_key(m) for m in batch if (m.offset() or 0) >= ends.get(_key(m), 0))
+                if self.until_end and backlog <= passed:
+                    break  # every partition's backlog was handed out: the group is past the run's end
+        except FatalConsumerError as exc:
+            logger.critical("Spark share task stopped by a fatal consumer error: %s", exc)
+            figures.fatal.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            with contextlib.suppress(FatalConsumerError):
+                consumer.close()  # what the task holds and did not process goes back at once
+        figures.skipped = consumer.poison.skipped
+        figures.dead_lettered = consumer.poison.dead_lettered
+        figures.lock_overruns = consumer.lock_overruns
+        figures.task_records, figures.task_seconds = [figures.records], [time.monotonic() - started]
+        return figures
+
+    def _spent(self, started: float, figures: ShareTaskFigures) -> bool:
+        if self.max_seconds is not None and time.monotonic() - started >= self.max_seconds:
+            return True
+        return self.max_records is not None and figures.records >= self.max_records
+
+    def _ends(self) -> dict[tuple[str, int], int]:
+        """The end offsets of the topics' partitions now: the backlog this run is for."""
+        admin = AdminClient(admin_config(self.conf, "spark"))
+        return offsets(admin, self.topics, "latest", timeout=30)
+
+    def _process(self, consumer: SafeShareConsumer, batch: list[Message], figures: ShareTaskFigures) -> None:
+        """The sink on one batch, then its acknowledgements, sent and answered (``commit_sync``)."""
+        figures.records += len(batch)
+        figures.batches += 1
+        try:
+            self.sink(batch)
+        except Exception:
+            if self.poison is None:
+                for m in batch:
+                    consumer.acknowledge(m, AcknowledgeType.RELEASE)
+                figures.released += len(batch)
+                with contextlib.suppress(KafkaException):
+                    consumer.commit_sync(COMMIT_SECONDS)
+                raise
+            logger.warning("the sink refused a batch of %d record(s); handling them one at a time", len(batch))
+            before = consumer.poison.skipped + consumer.poison.dead_lettered
+            for m in batch:  # each is acknowledged by handle(): ACCEPT, or REJECT after the policy
+                consumer.handle(m, lambda record: self.sink([record]))
+            refused = consumer.poison.skipped + consumer.poison.dead_lettered - before
+            answer = consumer.commit_sync(COMMIT_SECONDS)
+            figures.accepted += _taken(answer, batch) - refused
+            return
+        for m in batch:
+            consumer.acknowledge(m)
+        figures.accepted += _taken(consumer.commit_sync(COMMIT_SECONDS), batch)
+
+
+def _key(m: Message) -> tuple[str, int]:
+    return (m.topic() or "", m.partition() or 0)
+
+
+def _code(exc: KafkaException) -> int | None:
+    error = exc.args[0] if exc.args else None
+    return error.code() if isinstance(error, KafkaError) else None
+
+
+def _taken(answer: object, batch: list[Message]) -> int:
+    """How many of ``batch``'s records ``commit_sync()`` confirmed: those of partitions it answered
+    with no error (a partition it did not name was committed with an earlier call)."""
+    failed: set[tuple[str, int]] = set()
+    if isinstance(answer, dict):
+        failed = {(tp.topic, tp.partition) for tp, error in answer.items() if error is not None}
+    return sum(_key(m) not in failed for m in batch)
