@@ -2,8 +2,10 @@
 
 Starts real Kafka brokers (see ``safeconsumer.testing``), runs every scenario twice - once with
 ``confluent_kafka.Consumer``, once with ``SafeConsumer``, the same application code with the
-import changed - and prints a table of what each did, measured. Then runs the Spark pipeline
-example. Exits non-zero if SafeConsumer misbehaves in any row.
+import changed - and prints a table of what each did, measured; then the share-group scenarios
+(``examples/demo_share.py``), raw ``ShareConsumer`` against ``SafeShareConsumer``, in a second
+table. Then runs the Spark pipeline example (consumer-group and share-group tasks). Exits non-zero
+if SafeConsumer or SafeShareConsumer misbehaves in any row.
 
 Scenarios use the classic cooperative-sticky protocol (incremental rebalances, the common
 production choice); the test suite covers range and KIP-848 as well.
@@ -499,8 +501,8 @@ SCENARIOS: list[tuple[str, Callable[[KafkaTestKit, Make], tuple[str, bool]]]] = 
 ]
 
 
-def _table(rows: list[Row]) -> str:
-    cells = [("scenario", "raw confluent_kafka.Consumer", "SafeConsumer", "")]
+def _table(rows: list[Row], raw: str = "raw confluent_kafka.Consumer", safe: str = "SafeConsumer") -> str:
+    cells = [("scenario", raw, safe, "")]
     cells += [(r.scenario, r.raw, r.safe, "ok" if r.safe_ok else "FAIL") for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(4)]
 
@@ -542,6 +544,29 @@ def run(bootstrap: str, full_group_bootstrap: str, secured: Broker | None = None
     return rows
 
 
+def run_share(bootstrap: str) -> list[Row]:
+    """The share-group scenarios (``examples/demo_share.py``), raw ShareConsumer then SafeShareConsumer."""
+    from confluent_kafka import ShareConsumer
+
+    from examples import demo_share
+    from safeconsumer import SafeShareConsumer
+
+    rows: list[Row] = []
+    kit = KafkaTestKit(bootstrap, prefix="demo-share")
+    try:
+        for title, scenario in demo_share.SCENARIOS:
+            _say(f"- {title}: raw confluent_kafka.ShareConsumer ...")
+            raw, _ = scenario(kit, ShareConsumer)
+            _say(f"    {raw}")
+            _say(f"- {title}: SafeShareConsumer ...")
+            safe, ok = scenario(kit, SafeShareConsumer)
+            _say(f"    {safe}")
+            rows.append(Row(title, raw, safe, ok))
+    finally:
+        kit.close()
+    return rows
+
+
 def main() -> int:
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     _say(
@@ -553,14 +578,18 @@ def main() -> int:
     with start_broker() as broker, start_broker(limits) as small, start_broker(security="sasl_ssl") as secured:
         _say(f"brokers ready in {time.monotonic() - started:.1f}s; each scenario runs raw, then with SafeConsumer")
         rows = run(broker.bootstrap_servers, small.bootstrap_servers, secured)
+        _say("share groups (KIP-932): each scenario runs raw, then with SafeShareConsumer")
+        share_rows = run_share(broker.bootstrap_servers)
     _say("")
     _say(_table(rows))
+    _say("")
+    _say(_table(share_rows, "raw confluent_kafka.ShareConsumer", "SafeShareConsumer"))
     _say("")
     from examples import spark_pipeline
 
     _say("Spark: two foreachPartition tasks as group members (safeconsumer.spark) ...")
     spark_status = spark_pipeline.main([])
-    bad = [r.scenario for r in rows if not r.safe_ok]
+    bad = [r.scenario for r in rows + share_rows if not r.safe_ok]
     if bad or spark_status:
         _say(f"SafeConsumer misbehaved: {bad or 'spark pipeline'}")
         return 1

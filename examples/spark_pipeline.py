@@ -14,7 +14,9 @@ Each task consumes its partitions up to the end offsets it saw when they were as
 the records to the sink in batches, and commits a batch only after the sink returned. Running
 the job a second time processes nothing: everything was committed. Then it counts the rebalance
 callbacks per run with and without ``ConsumeTask(instance_ids=...)`` (static membership): with
-stable instance ids the next run takes its places back, one assignment per task.
+stable instance ids the next run takes its places back, one assignment per task. Last, two tasks on
+a one-partition topic, as consumer-group members (one idles) and as share-group members
+(``ShareConsumeTask``: both read it, no rebalance).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from safeconsumer.spark import ConsumeTask, SparkConsumerFatalError, TaskFigures, run_consumer_tasks
+from safeconsumer.spark import ConsumeTask, ShareConsumeTask, SparkConsumerFatalError, TaskFigures, run_consumer_tasks
 from safeconsumer.testing import KafkaTestKit, start_broker
 
 
@@ -48,10 +50,12 @@ class FileSink:
     Picklable and free of driver state: it runs inside Spark's Python workers.
     """
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, delay: float = 0.0) -> None:
         self.directory = directory
+        self.delay = delay  # seconds of work per batch: a slow write
 
     def __call__(self, records: list[Message]) -> None:
+        time.sleep(self.delay)
         # The file name says which executor JVM (0: none, local mode) and Python worker wrote it.
         path = Path(self.directory) / f"batch-{executor_pid()}-{os.getpid()}-{uuid.uuid4().hex}.csv"
         path.write_text("".join(f"{m.topic()},{m.partition()},{m.offset()}\n" for m in records))
@@ -268,6 +272,43 @@ def run_pipeline(
     return run_consumer_tasks(spark, task, tasks=tasks)
 
 
+def one_partition_two_ways(spark: Any, kit: KafkaTestKit, out_dir: str, n: int = 600) -> tuple[str, bool]:
+    """Two tasks on a one-partition topic, as consumer-group members and as share-group members.
+
+    A consumer group gives the partition to one task (the other idles), and each task that joins or
+    leaves rebalances the group; a share group hands the partition's records to both, and has no
+    rebalance. Records are produced in batches of 10 (a share group hands out whole record
+    batches), and the sink takes 0.1 s a batch, so both tasks are members long before the end.
+    Returns the line to print and whether the share tasks held (both read, each record once, none
+    handed out twice)."""
+    topic = kit.create_topic(partitions=1)
+    for i in range(n):
+        kit.producer.produce(topic, value=str(i).encode(), partition=0)
+        if (i + 1) % 10 == 0:
+            kit.producer.flush(30)
+    kit.producer.flush(30)
+    bootstrap = kit.bootstrap_servers
+    group_conf = {"bootstrap.servers": bootstrap, "group.id": kit.name("group"), "auto.offset.reset": "earliest"}
+    groups = run_consumer_tasks(
+        spark, ConsumeTask(group_conf, [topic], FileSink(out_dir, 0.1), batch_size=10, idle_seconds=5), tasks=2
+    )
+    share_conf = {"bootstrap.servers": bootstrap, "group.id": kit.name("share"), "max.poll.records": 10}
+    share_dir = Path(out_dir) / "share"
+    share_dir.mkdir()
+    task = ShareConsumeTask(share_conf, [topic], FileSink(str(share_dir), 0.1), start="earliest", idle_seconds=5)
+    shared = run_consumer_tasks(spark, task, tasks=2)
+    rows = processed(str(share_dir))
+    held = sorted(o for _, _, o in rows) == list(range(n)) and min(shared.task_records) > 0
+    held = held and shared.redelivered == 0
+    line = (
+        f"one partition, two tasks: as consumer-group members, records per task {sorted(groups.task_records)} "
+        f"(one idles) and {groups.rebalances} rebalance callbacks; as share-group members (ShareConsumeTask), "
+        f"records per task {sorted(shared.task_records)}, {shared.accepted} accepted, {shared.redelivered} "
+        "handed out twice, no rebalance (a share group has none)"
+    )
+    return line, held
+
+
 def run_into_a_full_group(spark: Any, out_dir: str) -> str:
     """A job of two tasks on a broker whose groups hold one member: the second task to join is
     refused (GROUP_MAX_SIZE_REACHED) and returns; the job then fails, no task retried into the broker."""
@@ -329,6 +370,8 @@ def _run(n: int, master: str | None) -> int:
                         kit.produce(topic, n, partitions=4, start=(i + 1) * n)
                     static_runs.append(run_pipeline(spark, bootstrap, topic, static_group, elsewhere, instance_ids=ids))
                 fatal = run_into_a_full_group(spark, elsewhere)
+                with tempfile.TemporaryDirectory() as both_ways:
+                    two_ways, share_held = one_partition_two_ways(spark, kit, both_ways)
         finally:
             spark.stop()
             kit.close()
@@ -350,7 +393,8 @@ def _run(n: int, master: str | None) -> int:
         + " (once the places are taken, a run rebalances nothing)",
         flush=True,
     )
-    ok = first.records == n and second.records == 0 and len(set(rows)) == len(rows) == n
+    print(two_ways, flush=True)
+    ok = share_held and first.records == n and second.records == 0 and len(set(rows)) == len(rows) == n
     ok = ok and (master is None or (bool(jvms) and 0 not in jvms))  # on a cluster: written by executors
     ok = ok and dynamic_next.records == n and [r.records for r in static_runs] == [2 * n, n, n]
     ok = ok and dynamic[2] > dynamic[0] and static[2] == static[1]

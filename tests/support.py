@@ -12,12 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
 
 from safeconsumer import FatalConsumerError, SafeConsumer
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
@@ -254,11 +248,7 @@ class RefusingSink:
 
 def set_group_config(kafka: KafkaTestKit, group: str, **settings: str) -> None:
     """Set group configs on the broker (``share_record_lock_duration_ms="2000"`` for the dotted name)."""
-    entries = [
-        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()
-    ]
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
-    kafka.admin.incremental_alter_configs([resource])[resource].result(timeout=15)
+    kafka.set_group_config(group, {k.replace("_", "."): v for k, v in settings.items()})
 
 
 def run_suite(

@@ -38,6 +38,8 @@ class TaskFigures:
     generations: list[int] = field(default_factory=list)
     withheld: int = 0
     purged: int = 0
+    #: Records each task handed its sink, one entry per task: how the work spread over the tasks.
+    task_records: list[int] = field(default_factory=list)
     task_seconds: list[float] = field(default_factory=list)
     fatal: list[str] = field(default_factory=list)
 
@@ -50,6 +52,7 @@ class TaskFigures:
             generations=self.generations + other.generations,
             withheld=self.withheld + other.withheld,
             purged=self.purged + other.purged,
+            task_records=self.task_records + other.task_records,
             task_seconds=self.task_seconds + other.task_seconds,
             fatal=self.fatal + other.fatal,
         )
@@ -218,5 +221,5 @@ class ConsumeTask:
         figures.generations = generations
         figures.withheld = stats.withheld
         figures.purged = stats.purged_revoked + stats.purged_lost + stats.purged_unowned + stats.purged_seek
-        figures.task_seconds = [time.monotonic() - started]
+        figures.task_records, figures.task_seconds = [figures.records], [time.monotonic() - started]
         return figures

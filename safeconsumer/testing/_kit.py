@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 from tenacity import (
     Retrying,
@@ -343,6 +349,13 @@ class KafkaTestKit:
             )
         )
         return GroupSnapshot(group, enum_name(desc.state), enum_name(desc.type), members)
+
+    def set_group_config(self, group: str, settings: Mapping[str, str], *, timeout: float = 15.0) -> None:
+        """Set configs of one group on the broker (KIP-848 and share groups have their own, e.g.
+        ``{"share.record.lock.duration.ms": "2000"}``); a group that does not exist yet keeps them."""
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()]
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+        self.admin.incremental_alter_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout + 1)
 
     def committed(self, group: str, topic: str, partitions: int, *, timeout: float = 10.0) -> dict[int, int]:
         """The group's committed offset per partition of ``topic`` (-1001 where none)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import pytest
+
 from examples import (
     asyncio_service,
     asyncio_share_service,
@@ -70,6 +72,21 @@ def test_demo_rows_hold_for_safeconsumer(
     rows = demo.run(kafka.bootstrap_servers, full.bootstrap_servers, secured_broker)
     assert [r.scenario for r in rows if not r.safe_ok] == [], demo._table(rows)
     assert len(rows) == len(demo.SCENARIOS) + 2  # the scenarios, GROUP_MAX_SIZE_REACHED, the wrong password
+
+
+@pytest.mark.xdist_group("share-groups")
+def test_share_demo_rows_hold_for_safeshareconsumer_and_show_the_raw_failures(kafka: KafkaTestKit) -> None:
+    """Each share row, measured: SafeShareConsumer holds, and raw ShareConsumer shows the failure the
+    row is about (the same criterion judges both columns)."""
+    from confluent_kafka import ShareConsumer
+
+    from examples import demo_share
+    from safeconsumer import SafeShareConsumer
+
+    for title, scenario in demo_share.SCENARIOS:
+        raw, raw_held = scenario(kafka, ShareConsumer)
+        safe, held = scenario(kafka, SafeShareConsumer)
+        assert held and not raw_held, f"{title}: raw {raw!r}, SafeShareConsumer {safe!r}"
 
 
 def test_asyncio_share_service(kafka: KafkaTestKit) -> None:
