@@ -14,6 +14,7 @@ The Spark row (share tasks against consumer-group tasks on one partition) is pri
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,8 +29,12 @@ from safeconsumer.testing import KafkaTestKit
 Scenario = Callable[[KafkaTestKit, type[ShareConsumer]], tuple[str, bool]]
 
 
+#: librdkafka's own lines of the demo's consumers (the share consumer's Preview notice, ...).
+LIBRDKAFKA_LOG = logging.getLogger("examples.demo_share.librdkafka")
+
+
 def _conf(kit: KafkaTestKit, group: str, mode: str = "implicit") -> dict[str, Any]:
-    return {**kit.client_config, "group.id": group, "share.acknowledgement.mode": mode}
+    return {**kit.client_config, "group.id": group, "share.acknowledgement.mode": mode, "logger": LIBRDKAFKA_LOG}
 
 
 def _records(c: ShareConsumer, timeout: float = 0.5) -> list[Message]:

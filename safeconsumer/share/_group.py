@@ -101,7 +101,8 @@ def set_start(admin: AdminClient, group: str, start: Start, timeout: float = 10.
 
 def records_held(admin: AdminClient, topics: Iterable[str], timeout: float = 10.0) -> dict[str, int]:
     """How many records each topic's partitions hold now (end minus start offsets), by topic."""
-    low, high = offsets(admin, topics, "earliest", timeout), offsets(admin, topics, "latest", timeout)
+    names = list(topics)
+    low, high = offsets(admin, names, "earliest", timeout), offsets(admin, names, "latest", timeout)
     held: dict[str, int] = {}
     for key, end in high.items():
         held[key[0]] = held.get(key[0], 0) + max(0, end - low.get(key, end))

@@ -128,7 +128,7 @@ class ConsumeTask:
         # librdkafka checks every config key and value when a client is created; no connection
         # is made until the consumer subscribes.
         try:
-            SafeConsumer(self._consumer_conf()).close()
+            SafeConsumer({"logger": HELPER_LOG, **self._consumer_conf()}).close()
         except KafkaException as exc:
             raise ValueError(f"ConsumeTask conf is invalid: {exc.args[0].str()}") from exc
 

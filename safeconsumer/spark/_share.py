@@ -9,7 +9,6 @@ never before; a sink that raises gives the batch back (released: handed out agai
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,8 +46,6 @@ class ShareTaskFigures:
     batches: int = 0
     #: Records acknowledged (ACCEPT) after the sink returned, and the broker took it.
     accepted: int = 0
-    #: Records given back (RELEASE) because the sink raised with no poison policy.
-    released: int = 0
     #: Records the poison policy skipped or dead-lettered (rejected: the broker archives them).
     skipped: int = 0
     dead_lettered: int = 0
@@ -68,7 +65,6 @@ class ShareTaskFigures:
             records=self.records + other.records,
             batches=self.batches + other.batches,
             accepted=self.accepted + other.accepted,
-            released=self.released + other.released,
             skipped=self.skipped + other.skipped,
             dead_lettered=self.dead_lettered + other.dead_lettered,
             redelivered=self.redelivered + other.redelivered,
@@ -92,19 +88,23 @@ class ShareConsumeTask:
         fails, unless a ``poison`` policy takes the records it still refuses one at a time.
     :param until_end: stop once the backlog seen at start (the end offsets of the topics'
         partitions when the task started) is behind the group: the task was handed a record at or
-        past the end of every partition that held records (a share group hands a partition's
+        past the end of every partition that held records (start offset below end; a share group hands a partition's
         records out in offset order), or the group had nothing for it for :data:`DRAINED_AFTER`
         seconds after it got records (the rest is in other tasks' hands). A task whose topics held
         nothing at its start returns at once.
     :param max_records: stop once this many records reached the sink (a batch is processed
         whole: none of it is released to cut it, so the last one may go past the budget).
-    :param max_seconds: stop after this many seconds (None: no time budget).
-    :param idle_seconds: stop when the group handed the task nothing for this long from its start.
+    :param max_seconds: stop after this many seconds (required: a share group does not tell a task
+        when the others finished the backlog, so on a topic still written to only a time budget
+        surely ends a run).
+    :param idle_seconds: stop when the group handed the task nothing for this long, since its start
+        or its last batch.
     :param start: where a share group without state starts (``"earliest"``/``"latest"``; None: the
         group's own setting, ``latest`` unless set), as ``SafeShareConsumer(start=...)``.
     :param poison: ``Skip()`` or ``DeadLetter(...)``: a batch the sink refuses is handed to the sink
-        again one record at a time, and each record it still refuses is skipped or dead-lettered
-        (then rejected); a record on its last delivery is dead-lettered before the sink gets it.
+        again one record at a time, and each record it still refuses is skipped (a WARNING) or
+        dead-lettered, then rejected; with ``DeadLetter`` a record on its last delivery is also
+        copied to the dead-letter topic before the sink gets it.
     """
 
     conf: Mapping[str, Any]
@@ -131,10 +131,15 @@ class ShareConsumeTask:
         if self.start is not None and self.start not in STARTS:
             raise ValueError(f"ShareConsumeTask start must be one of {', '.join(map(repr, STARTS))} or None")
         check_bounds("ShareConsumeTask", self.until_end, self.max_records, self.max_seconds, self.idle_seconds)
+        if self.max_seconds is None:
+            raise ValueError(
+                "ShareConsumeTask needs max_seconds: a share group does not tell a task when the others finished "
+                "the backlog, so on a topic still written to only a time budget surely ends a run"
+            )
         # librdkafka checks every config key and value when a client is created (a share consumer
         # also starts connecting: its log goes to the helpers' logger, not stderr).
         try:
-            SafeShareConsumer({**self._consumer_conf(), "logger": HELPER_LOG}, poison=self.poison).close()
+            SafeShareConsumer({"logger": HELPER_LOG, **self._consumer_conf()}, poison=self.poison).close()
         except KafkaException as exc:
             raise ValueError(f"ShareConsumeTask conf is invalid: {exc.args[0].str()}") from exc
         except ValueError as exc:  # upstream's own refusals (auto.offset.reset)
@@ -151,8 +156,8 @@ class ShareConsumeTask:
         """Consume one bounded run; return its figures (a fatal error is recorded, not raised)."""
         started = time.monotonic()
         figures = ShareTaskFigures(tasks=1)
-        ends = self._ends() if self.until_end else {}
-        backlog = {key for key, end in ends.items() if end > 0}
+        starts, ends = self._offsets() if self.until_end else ({}, {})
+        backlog = {key for key, end in ends.items() if end > starts.get(key, 0)}
         if self.until_end and not backlog:  # the topics held nothing when the task started
             figures.task_records, figures.task_seconds = [0], [time.monotonic() - started]
             return figures
@@ -176,9 +181,9 @@ class ShareConsumeTask:
                     if quiet >= self.idle_seconds or (self.until_end and figures.records and quiet >= DRAINED_AFTER):
                         break
                     continue
-                last = time.monotonic()
                 figures.redelivered += sum((m.delivery_count() or 1) > 1 for m in batch)
                 self._process(consumer, batch, figures)
+                last = time.monotonic()  # the sink's own time is not time the group had nothing
                 passed.update(_key(m) for m in batch if (m.offset() or 0) >= ends.get(_key(m), 0))
                 if self.until_end and backlog <= passed:
                     break  # every partition's backlog was handed out: the group is past the run's end
@@ -186,8 +191,10 @@ class ShareConsumeTask:
             logger.critical("Spark share task stopped by a fatal consumer error: %s", exc)
             figures.fatal.append(f"{type(exc).__name__}: {exc}")
         finally:
-            with contextlib.suppress(FatalConsumerError):
+            try:
                 consumer.close()  # what the task holds and did not process goes back at once
+            except Exception as exc:  # noqa: BLE001 - the run's own outcome stands; a fatal error closed it already
+                logger.warning("closing the Spark share task's consumer failed: %s", exc)
         figures.skipped = consumer.poison.skipped
         figures.dead_lettered = consumer.poison.dead_lettered
         figures.lock_overruns = consumer.lock_overruns
@@ -199,10 +206,10 @@ class ShareConsumeTask:
             return True
         return self.max_records is not None and figures.records >= self.max_records
 
-    def _ends(self) -> dict[tuple[str, int], int]:
-        """The end offsets of the topics' partitions now: the backlog this run is for."""
+    def _offsets(self) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        """The start and end offsets of the topics' partitions now: the backlog this run is for."""
         admin = AdminClient(admin_config(self.conf, "spark"))
-        return offsets(admin, self.topics, "latest", timeout=30)
+        return offsets(admin, self.topics, "earliest", timeout=30), offsets(admin, self.topics, "latest", timeout=30)
 
     def _process(self, consumer: SafeShareConsumer, batch: list[Message], figures: ShareTaskFigures) -> None:
         """The sink on one batch, then its acknowledgements, sent and answered (``commit_sync``)."""
@@ -214,17 +221,21 @@ class ShareConsumeTask:
             if self.poison is None:
                 for m in batch:
                     consumer.acknowledge(m, AcknowledgeType.RELEASE)
-                figures.released += len(batch)
-                with contextlib.suppress(KafkaException):
+                try:
                     consumer.commit_sync(COMMIT_SECONDS)
+                except FatalConsumerError:
+                    raise  # the task's own end: recorded, not retried by Spark
+                except KafkaException:
+                    pass  # not sent now, the releases go with close()
                 raise
             logger.warning("the sink refused a batch of %d record(s); handling them one at a time", len(batch))
-            before = consumer.poison.skipped + consumer.poison.dead_lettered
+            taken: list[Message] = []
             for m in batch:  # each is acknowledged by handle(): ACCEPT, or REJECT after the policy
+                before = consumer.poison.skipped + consumer.poison.dead_lettered
                 consumer.handle(m, lambda record: self.sink([record]))
-            refused = consumer.poison.skipped + consumer.poison.dead_lettered - before
-            answer = consumer.commit_sync(COMMIT_SECONDS)
-            figures.accepted += _taken(answer, batch) - refused
+                if consumer.poison.skipped + consumer.poison.dead_lettered == before:
+                    taken.append(m)
+            figures.accepted += _taken(consumer.commit_sync(COMMIT_SECONDS), taken)
             return
         for m in batch:
             consumer.acknowledge(m)

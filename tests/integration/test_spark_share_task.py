@@ -121,7 +121,7 @@ def test_a_record_the_sink_still_refuses_alone_is_dead_lettered_and_the_run_goes
     conf = _conf(kafka, group, mode)
     figures = ShareConsumeTask(conf, [topic], sink, start="earliest", poison=DeadLetter(dlq), max_seconds=60).run()
     assert sorted(sink.rows) == [(0, o) for o in range(40) if o != 17], "a good record lost, or the poison written"
-    assert figures.dead_lettered == 1 and figures.accepted == 39 and figures.released == 0, figures
+    assert figures.dead_lettered == 1 and figures.accepted == 39 and figures.skipped == 0, figures
     assert kafka.end_offsets(dlq) == {0: 1}, "the poison record is not in the dead-letter topic"
     again = ShareConsumeTask(conf, [topic], Sink(), idle_seconds=3, max_seconds=60).run()
     assert again.records == 0, f"a record was left to the group: {again}"
@@ -164,6 +164,7 @@ def test_bad_config_is_refused_naming_it(kafka: KafkaTestKit) -> None:
         (ShareConsumeTask(good, ["t"], sink, max_records=0), ValueError, "max_records"),
         (ShareConsumeTask(good, ["t"], sink, idle_seconds=0), ValueError, "idle_seconds"),
         (ShareConsumeTask(good, ["t"], sink, until_end=False, max_seconds=None), ValueError, "unbounded"),
+        (ShareConsumeTask(good, ["t"], sink, max_seconds=None), ValueError, "needs max_seconds"),
         (ShareConsumeTask(good, ["t"], sink, poison="skip"), TypeError, "poison"),  # type: ignore[arg-type]
     ]
     for task, error, match in refused:
