@@ -27,7 +27,7 @@ from safeconsumer import DeadLetter, Skip
 from safeconsumer.share import LockExpiredError, SafeShareConsumer
 from safeconsumer.testing import KafkaTestKit, wait_until
 
-from ..support import set_group_config
+from ..support import produce_in_small_batches, set_group_config
 
 MODES = ("implicit", "explicit")
 
@@ -160,6 +160,35 @@ def test_raw_close_in_implicit_mode_gives_an_unfinished_batch_back(
     again = _read_until(b, lambda got: len(got) >= 50, timeout=60, what="all 50 read by the next member")
     redelivered = {m.offset(): m.delivery_count() for m in again}
     assert all(redelivered[m.offset()] == 2 for m in batch)
+
+
+def test_raw_max_poll_records_bounds_a_poll_by_record_batches_not_records(
+    kafka: KafkaTestKit, closing: list[ShareConsumer]
+) -> None:
+    """``max.poll.records`` is best effort: the broker acquires whole record batches. One producer
+    batch of 100 records comes in one poll of a member asking for 10; batches of 10 come 10 a poll
+    (what ``ShareConsumeTask``'s docs and tests rely on to spread records over tasks)."""
+    whole, small, group = kafka.create_topic(partitions=1), kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest")
+    kafka.produce(whole, 100, partitions=1)  # one flush: one record batch
+    produce_in_small_batches(kafka, small, 100)  # flushed every 10 records: ten batches
+    c = ShareConsumer({**_conf(kafka, group), "max.poll.records": 10})
+    closing.append(c)
+    c.subscribe([whole])
+    sizes: list[int] = []
+    wait_until(
+        lambda: sizes, timeout=60, what="a batch", step=lambda: sizes.extend(filter(None, [len(_records(c.poll(0.5)))]))
+    )
+    assert sizes[0] == 100, sizes
+    c.subscribe([small])
+    got: list[int] = []
+    wait_until(
+        lambda: sum(got) >= 100,
+        timeout=60,
+        what="the ten batches",
+        step=lambda: got.extend(filter(None, [len(_records(c.poll(0.5)))])),
+    )
+    assert max(got) <= 10 and len(got) >= 10, got
 
 
 # -- SafeShareConsumer ---------------------------------------------------------------------------
