@@ -513,6 +513,17 @@ def _table(rows: list[Row], raw: str = "raw confluent_kafka.Consumer", safe: str
     return "\n".join([line(cells[0]), sep, *(line(c) for c in cells[1:])])
 
 
+def _row(title: str, scenario: Callable[[Any], tuple[str, bool]], raw_class: type, safe_class: type) -> Row:
+    """One scenario with the raw class, then with ours (said as it goes); the row judges ours."""
+    _say(f"- {title}: raw confluent_kafka.{raw_class.__name__} ...")
+    raw, _ = scenario(raw_class)
+    _say(f"    {raw}")
+    _say(f"- {title}: {safe_class.__name__} ...")
+    safe, ok = scenario(safe_class)
+    _say(f"    {safe}")
+    return Row(title, raw, safe, ok)
+
+
 def run(bootstrap: str, full_group_bootstrap: str, secured: Broker | None = None) -> list[Row]:
     """Every scenario, raw then SafeConsumer; the wrong-password one needs ``secured`` (a SASL_SSL broker)."""
     rows: list[Row] = []
@@ -529,13 +540,7 @@ def run(bootstrap: str, full_group_bootstrap: str, secured: Broker | None = None
     try:
         for title, scenario in scenarios:
             target = full if scenario is group_full else sasl if scenario is wrong_password and sasl else kit
-            _say(f"- {title}: raw confluent_kafka.Consumer ...")
-            raw, _ = scenario(target, Consumer)
-            _say(f"    {raw}")
-            _say(f"- {title}: SafeConsumer ...")
-            safe, ok = scenario(target, SafeConsumer)
-            _say(f"    {safe}")
-            rows.append(Row(title, raw, safe, ok))
+            rows.append(_row(title, functools.partial(scenario, target), Consumer, SafeConsumer))
     finally:
         kit.close()
         full.close()
@@ -555,13 +560,7 @@ def run_share(bootstrap: str) -> list[Row]:
     kit = KafkaTestKit(bootstrap, prefix="demo-share")
     try:
         for title, scenario in demo_share.SCENARIOS:
-            _say(f"- {title}: raw confluent_kafka.ShareConsumer ...")
-            raw, _ = scenario(kit, ShareConsumer)
-            _say(f"    {raw}")
-            _say(f"- {title}: SafeShareConsumer ...")
-            safe, ok = scenario(kit, SafeShareConsumer)
-            _say(f"    {safe}")
-            rows.append(Row(title, raw, safe, ok))
+            rows.append(_row(title, functools.partial(scenario, kit), ShareConsumer, SafeShareConsumer))
     finally:
         kit.close()
     return rows

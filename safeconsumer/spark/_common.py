@@ -3,6 +3,7 @@ accumulator that sums a run's figures."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
@@ -39,6 +40,11 @@ class SparkConsumerFatalError(SafeConsumerError):
     def __init__(self, message: str, figures: Any = None) -> None:
         super().__init__(message)
         self.figures = figures
+
+
+def summed(a: _F, b: _F) -> _F:
+    """Two tasks' figures (dataclasses) together: counts added, per-task lists joined."""
+    return type(a)(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in dataclasses.fields(a)})  # type: ignore[arg-type]
 
 
 def accumulator_param() -> Any:

@@ -18,7 +18,7 @@ from ..consumer._config import redact_config
 from ..consumer._facade import SafeConsumer, delivery_stats
 from ..health._explainer import HELPER_LOG
 from ..poison._policy import DeadLetter, Skip
-from ._common import Sink, check_bounds, check_common, partition_id, report
+from ._common import Sink, check_bounds, check_common, partition_id, report, summed
 
 logger = logging.getLogger("safeconsumer")
 
@@ -44,18 +44,7 @@ class TaskFigures:
     fatal: list[str] = field(default_factory=list)
 
     def merge(self, other: TaskFigures) -> TaskFigures:
-        return TaskFigures(
-            tasks=self.tasks + other.tasks,
-            records=self.records + other.records,
-            batches=self.batches + other.batches,
-            rebalances=self.rebalances + other.rebalances,
-            generations=self.generations + other.generations,
-            withheld=self.withheld + other.withheld,
-            purged=self.purged + other.purged,
-            task_records=self.task_records + other.task_records,
-            task_seconds=self.task_seconds + other.task_seconds,
-            fatal=self.fatal + other.fatal,
-        )
+        return summed(self, other)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from ..health._explainer import HELPER_LOG, admin_config
 from ..poison._policy import DeadLetter, Skip
 from ..share._consumer import MODE_KEY, SafeShareConsumer
 from ..share._group import STARTS, offsets
-from ._common import Sink, check_bounds, check_common, report
+from ._common import Sink, check_bounds, check_common, report, summed
 
 logger = logging.getLogger("safeconsumer")
 
@@ -60,19 +60,7 @@ class ShareTaskFigures:
     fatal: list[str] = field(default_factory=list)
 
     def merge(self, other: ShareTaskFigures) -> ShareTaskFigures:
-        return ShareTaskFigures(
-            tasks=self.tasks + other.tasks,
-            records=self.records + other.records,
-            batches=self.batches + other.batches,
-            accepted=self.accepted + other.accepted,
-            skipped=self.skipped + other.skipped,
-            dead_lettered=self.dead_lettered + other.dead_lettered,
-            redelivered=self.redelivered + other.redelivered,
-            lock_overruns=self.lock_overruns + other.lock_overruns,
-            task_records=self.task_records + other.task_records,
-            task_seconds=self.task_seconds + other.task_seconds,
-            fatal=self.fatal + other.fatal,
-        )
+        return summed(self, other)
 
 
 @dataclass(frozen=True)
