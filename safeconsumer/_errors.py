@@ -99,6 +99,12 @@ class AuthenticationFailedError(FatalConsumerError):
 AUTH_FAILURE_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED})
 
 
+def error_of(exc: KafkaException) -> KafkaError | None:
+    """The ``KafkaError`` a ``KafkaException`` carries, if any."""
+    error = exc.args[0] if exc.args else None
+    return error if isinstance(error, KafkaError) else None
+
+
 def is_auth_failure(error: KafkaError | None) -> bool:
     """True when ``error`` says the cluster refused the client's credentials or TLS handshake."""
     return error is not None and error.code() in AUTH_FAILURE_CODES

@@ -51,7 +51,7 @@ from typing import Literal, TypeVar
 
 from confluent_kafka import Message
 
-from .._keys import Key
+from .._keys import Key, key_of
 
 logger = logging.getLogger("safeconsumer")
 
@@ -111,10 +111,6 @@ def _drain(lane: deque[T]) -> list[T]:
 
 
 _partition = Message.partition
-
-
-def _key(msg: Message) -> Key:
-    return (msg.topic(), msg.partition())  # type: ignore[return-value]
 
 
 class Receipt:
@@ -251,7 +247,7 @@ class PartitionTable:
         self.epoch += 1
         self.unlane()
         for receipt in self.transit:
-            receipt.msgs = [m for m in receipt.msgs if m.error() is not None or _key(m) not in gone]
+            receipt.msgs = [m for m in receipt.msgs if m.error() is not None or key_of(m) not in gone]
         count = _records(self._take_ahead(gone))
         for key in gone:
             count += len(self.owned.pop(key).held)
@@ -282,7 +278,7 @@ class PartitionTable:
             state = self.owned.pop(key)
             state.applied = False
             position = (positions or {}).get(key, state.seek_target)
-            self.limbo[key] = _Limbo(state, [m for m in taken if _key(m) == key], position)
+            self.limbo[key] = _Limbo(state, [m for m in taken if key_of(m) == key], position)
         return gone
 
     def restores_applied(self) -> None:
@@ -324,7 +320,7 @@ class PartitionTable:
         """
         self.unlane()
         for receipt in self.transit:
-            receipt.msgs = [m for m in receipt.msgs if m.error() is not None or _key(m) != key]
+            receipt.msgs = [m for m in receipt.msgs if m.error() is not None or key_of(m) != key]
         state = self.owned.get(key)
         dropped = _records(self._take_ahead({key}))
         if state is not None:
@@ -351,7 +347,7 @@ class PartitionTable:
         taken: list[Message] = []
         kept: list[Message] = []
         for m in self.ahead:
-            (taken if _key(m) in keys else kept).append(m)
+            (taken if key_of(m) in keys else kept).append(m)
         if taken:
             self.ahead.clear()  # in place: the reader holds a reference
             self.ahead.extend(kept)
@@ -477,7 +473,7 @@ class PartitionTable:
                     if count:
                         consumed[(topic, number)] += count
                 return
-        consumed.update(map(_key, msgs))
+        consumed.update(map(key_of, msgs))
 
     def fill_lane(self, msgs: list[Message]) -> Message:
         """Hand out ``msgs[0]`` now and the rest through the lane (all already counted delivered).
@@ -513,7 +509,7 @@ class PartitionTable:
         self.ahead.extendleft(reversed(taken))
         self.delivered -= len(taken)
         if self.consumed is not None:
-            self.consumed.subtract(map(_key, taken))
+            self.consumed.subtract(map(key_of, taken))
 
     def given_back(self, msgs: list[Message]) -> None:
         """What a poll()/consume() returned never reached the application (its asyncio caller was
@@ -533,7 +529,7 @@ class PartitionTable:
             if msg.error() is not None:
                 self.ahead.appendleft(msg)
                 continue
-            state = self.owned.get(_key(msg))
+            state = self.owned.get(key_of(msg))
             if state is None:
                 unowned += 1
             elif state.held:
@@ -545,7 +541,7 @@ class PartitionTable:
         records = [m for m in msgs if m.error() is None]
         self.delivered -= len(records)
         if self.consumed is not None:
-            self.consumed.subtract(map(_key, records))
+            self.consumed.subtract(map(key_of, records))
         if unowned:
             self.dropped_unowned(unowned)
 
@@ -646,7 +642,7 @@ class PartitionTable:
         floor: dict[Key, int] = {}
         for msg in records:
             if msg.error() is None:
-                key, offset = _key(msg), msg.offset()
+                key, offset = key_of(msg), msg.offset()
                 if offset is not None and (key not in floor or offset < floor[key]):
                     floor[key] = offset
         for key, state in self.owned.items():

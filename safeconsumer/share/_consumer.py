@@ -72,6 +72,7 @@ from .._errors import (
     FatalConsumerError,
     GroupMaxSizeReachedError,
     consumer_closed,
+    error_of,
     is_group_max_size,
 )
 from ..consumer._lifecycle import FatalPolicy, exit_process
@@ -401,7 +402,7 @@ class SafeShareConsumer(ShareConsumer):
         try:
             messages = super().poll(*args, **kwargs)
         except KafkaException as exc:
-            error = _error_of(exc)
+            error = error_of(exc)
             self._maybe_fatal(error)
             self._maybe_left(error)
             raise
@@ -466,7 +467,7 @@ class SafeShareConsumer(ShareConsumer):
         try:
             result = super().commit_sync(*args, **kwargs)
         except KafkaException as exc:
-            self._maybe_fatal(_error_of(exc))
+            self._maybe_fatal(error_of(exc))
             raise
         return self._overruns.answer(result)
 
@@ -891,12 +892,6 @@ class SafeShareConsumer(ShareConsumer):
 _ACCEPT = int(AcknowledgeType.ACCEPT)
 
 _ACK_NAMES = {AcknowledgeType.ACCEPT: "accept", AcknowledgeType.RELEASE: "release", AcknowledgeType.REJECT: "reject"}
-
-
-def _error_of(exc: KafkaException) -> KafkaError | None:
-    """The ``KafkaError`` a ``KafkaException`` carries, if any."""
-    error = exc.args[0] if exc.args else None
-    return error if isinstance(error, KafkaError) else None
 
 
 def _weak_method(ref: weakref.ref[SafeShareConsumer], name: str) -> Callable[..., Any]:

@@ -101,26 +101,26 @@ def set_start(admin: AdminClient, group: str, start: Start, timeout: float = 10.
 
 def records_held(admin: AdminClient, topics: Iterable[str], timeout: float = 10.0) -> dict[str, int]:
     """How many records each topic's partitions hold now (end minus start offsets), by topic."""
-    names = list(topics)
-    low, high = offsets(admin, names, "earliest", timeout), offsets(admin, names, "latest", timeout)
+    low, high = watermarks(admin, topics, timeout)
     held: dict[str, int] = {}
     for key, end in high.items():
         held[key[0]] = held.get(key[0], 0) + max(0, end - low.get(key, end))
     return held
 
 
-def offsets(
-    admin: AdminClient, topics: Iterable[str], which: Start, timeout: float = 10.0
-) -> dict[tuple[str, int], int]:
-    """The start (``earliest``) or end (``latest``) offset of every partition of ``topics`` that
-    exists, by (topic, partition). Raises ``KafkaException``."""
+def watermarks(
+    admin: AdminClient, topics: Iterable[str], timeout: float = 10.0
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    """The start and end offsets of every partition of ``topics`` that exists, by (topic,
+    partition). Raises ``KafkaException``."""
     names = list(topics)
-    if not names:
-        return {}
-    metadata = admin.list_topics(timeout=timeout).topics
+    metadata = admin.list_topics(timeout=timeout).topics if names else {}
     partitions = [TopicPartition(t, p) for t in names if t in metadata for p in metadata[t].partitions]
-    if not partitions:
-        return {}
-    spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()  # type: ignore[no-untyped-call]
-    futures = admin.list_offsets({tp: spec for tp in partitions}, request_timeout=timeout)
-    return {(tp.topic, tp.partition): f.result(timeout=timeout + 1).offset for tp, f in futures.items()}
+
+    def at(spec: Any) -> dict[tuple[str, int], int]:
+        if not partitions:
+            return {}
+        futures = admin.list_offsets({tp: spec for tp in partitions}, request_timeout=timeout)
+        return {(tp.topic, tp.partition): f.result(timeout=timeout + 1).offset for tp, f in futures.items()}
+
+    return at(OffsetSpec.earliest()), at(OffsetSpec.latest())  # type: ignore[no-untyped-call]

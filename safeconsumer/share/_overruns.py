@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from .._errors import SafeConsumerError
+from .._errors import SafeConsumerError, error_of
 from ._telemetry import ShareTelemetry
 
 logger = logging.getLogger("safeconsumer")
@@ -92,11 +92,8 @@ class Overruns:
             )
             if answer is None:
                 result[tp] = LockExpiredError(KafkaError(KafkaError.INVALID_RECORD_STATE, text))
-            elif isinstance(answer, KafkaException) and _code(answer) == KafkaError.INVALID_RECORD_STATE:
-                result[tp] = LockExpiredError(answer.args[0])  # upstream's KafkaError, kept
+                continue
+            error = error_of(answer) if isinstance(answer, KafkaException) else None
+            if error is not None and error.code() == KafkaError.INVALID_RECORD_STATE:
+                result[tp] = LockExpiredError(error)  # upstream's KafkaError, kept
         return result
-
-
-def _code(exc: KafkaException) -> int | None:
-    error = exc.args[0] if exc.args else None
-    return error.code() if isinstance(error, KafkaError) else None

@@ -12,7 +12,7 @@ from typing import Any
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from .._errors import FatalConsumerError
-from .._keys import Key
+from .._keys import Key, key_of
 from ..consumer._client import group_generation
 from ..consumer._config import redact_config
 from ..consumer._facade import SafeConsumer, delivery_stats
@@ -193,7 +193,7 @@ class ConsumeTask:
                 self._sink(consumer, batch)
                 offsets: dict[Key, int] = {}
                 for m in batch:
-                    key = (m.topic() or "", m.partition() or 0)
+                    key = key_of(m)
                     offsets[key] = (m.offset() or 0) + 1
                 consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
                 done.update(offsets)

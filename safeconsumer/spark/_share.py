@@ -18,12 +18,13 @@ from typing import Any
 from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message
 from confluent_kafka.admin import AdminClient
 
-from .._errors import FatalConsumerError
+from .._errors import FatalConsumerError, error_of
+from .._keys import Key, key_of
 from ..consumer._config import redact_config
 from ..health._explainer import HELPER_LOG, admin_config
 from ..poison._policy import DeadLetter, Skip
 from ..share._consumer import MODE_KEY, SafeShareConsumer
-from ..share._group import STARTS, offsets
+from ..share._group import watermarks
 from ._common import Sink, check_bounds, check_common, report, summed
 
 logger = logging.getLogger("safeconsumer")
@@ -116,8 +117,6 @@ class ShareConsumeTask:
         patterns = [t for t in self.topics if t.startswith("^")]
         if patterns:
             raise ValueError(f"ShareConsumeTask topics must be names: share groups take no patterns, got {patterns}")
-        if self.start is not None and self.start not in STARTS:
-            raise ValueError(f"ShareConsumeTask start must be one of {', '.join(map(repr, STARTS))} or None")
         check_bounds("ShareConsumeTask", self.until_end, self.max_records, self.max_seconds, self.idle_seconds)
         if self.max_seconds is None:
             raise ValueError(
@@ -127,11 +126,12 @@ class ShareConsumeTask:
         # librdkafka checks every config key and value when a client is created (a share consumer
         # also starts connecting: its log goes to the helpers' logger, not stderr).
         try:
-            SafeShareConsumer({"logger": HELPER_LOG, **self._consumer_conf()}, poison=self.poison).close()
+            conf = {"logger": HELPER_LOG, **self._consumer_conf()}
+            SafeShareConsumer(conf, start=self.start, poison=self.poison).close()
         except KafkaException as exc:
             raise ValueError(f"ShareConsumeTask conf is invalid: {exc.args[0].str()}") from exc
-        except ValueError as exc:  # upstream's own refusals (auto.offset.reset)
-            raise ValueError(f"ShareConsumeTask conf is invalid: {exc}") from exc
+        except ValueError as exc:  # upstream's own refusals (auto.offset.reset), an unknown start
+            raise ValueError(f"ShareConsumeTask: {exc}") from exc
 
     def _consumer_conf(self) -> dict[str, Any]:
         return {**self.conf, MODE_KEY: "explicit"}
@@ -149,7 +149,7 @@ class ShareConsumeTask:
         if self.until_end and not backlog:  # the topics held nothing when the task started
             figures.task_records, figures.task_seconds = [0], [time.monotonic() - started]
             return figures
-        passed: set[tuple[str, int]] = set()  # partitions the group handed a record of past its end
+        passed: set[Key] = set()  # partitions the group handed a record of past its end
         conf = {"logger": HELPER_LOG, **self._consumer_conf()}  # librdkafka's lines to logging, not stderr
         consumer = SafeShareConsumer(conf, start=self.start, poison=self.poison)
         try:
@@ -159,7 +159,8 @@ class ShareConsumeTask:
                 try:
                     batch = [m for m in consumer.poll(POLL_SECONDS) if m.error() is None]
                 except KafkaException as exc:
-                    if _code(exc) != KafkaError._MAX_POLL_EXCEEDED:
+                    error = error_of(exc)
+                    if error is None or error.code() != KafkaError._MAX_POLL_EXCEEDED:
                         raise
                     # The sink outlasted max.poll.interval.ms: librdkafka took the member out of the
                     # group (what it held was given back, SafeShareConsumer said so); this poll rejoins.
@@ -172,7 +173,7 @@ class ShareConsumeTask:
                 figures.redelivered += sum((m.delivery_count() or 1) > 1 for m in batch)
                 self._process(consumer, batch, figures)
                 last = time.monotonic()  # the sink's own time is not time the group had nothing
-                passed.update(_key(m) for m in batch if (m.offset() or 0) >= ends.get(_key(m), 0))
+                passed.update(key_of(m) for m in batch if (m.offset() or 0) >= ends.get(key_of(m), 0))
                 if self.until_end and backlog <= passed:
                     break  # every partition's backlog was handed out: the group is past the run's end
         except FatalConsumerError as exc:
@@ -194,10 +195,9 @@ class ShareConsumeTask:
             return True
         return self.max_records is not None and figures.records >= self.max_records
 
-    def _offsets(self) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    def _offsets(self) -> tuple[dict[Key, int], dict[Key, int]]:
         """The start and end offsets of the topics' partitions now: the backlog this run is for."""
-        admin = AdminClient(admin_config(self.conf, "spark"))
-        return offsets(admin, self.topics, "earliest", timeout=30), offsets(admin, self.topics, "latest", timeout=30)
+        return watermarks(AdminClient(admin_config(self.conf, "spark")), self.topics, timeout=30)
 
     def _process(self, consumer: SafeShareConsumer, batch: list[Message], figures: ShareTaskFigures) -> None:
         """The sink on one batch, then its acknowledgements, sent and answered (``commit_sync``)."""
@@ -230,19 +230,10 @@ class ShareConsumeTask:
         figures.accepted += _taken(consumer.commit_sync(COMMIT_SECONDS), batch)
 
 
-def _key(m: Message) -> tuple[str, int]:
-    return (m.topic() or "", m.partition() or 0)
-
-
-def _code(exc: KafkaException) -> int | None:
-    error = exc.args[0] if exc.args else None
-    return error.code() if isinstance(error, KafkaError) else None
-
-
 def _taken(answer: object, batch: list[Message]) -> int:
     """How many of ``batch``'s records ``commit_sync()`` confirmed: those of partitions it answered
     with no error (a partition it did not name was committed with an earlier call)."""
-    failed: set[tuple[str, int]] = set()
+    failed: set[Key] = set()
     if isinstance(answer, dict):
         failed = {(tp.topic, tp.partition) for tp, error in answer.items() if error is not None}
-    return sum(_key(m) not in failed for m in batch)
+    return sum(key_of(m) not in failed for m in batch)
