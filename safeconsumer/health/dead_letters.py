@@ -9,6 +9,12 @@ exception, and its age. ``--replay`` produces the chosen records back to their o
 key, value, timestamp and original headers as they were (the ``safeconsumer.dlt.*`` headers left
 off), and waits for the broker's acknowledgement. Payloads are never printed.
 
+A share group's dead-letter topic (``SafeShareConsumer``) also holds records copied at their last
+delivery (stage ``last-delivery``), before the application processed them, so that the broker's
+archive never holds the only trace: such a copy with no later failure copy of the same record is
+marked ``may_be_processed`` (the application may have processed it, or died on it); replay it only
+if its processing is idempotent or known not to have happened.
+
 Exit status, as the doctor's: 0 the topic is empty (or everything asked for was replayed), 1 it
 holds records, 2 the cluster or the topic cannot be reached (or a replay failed).
 """
@@ -16,6 +22,7 @@ holds records, 2 the cluster or the topic cannot be reached (or a replay failed)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -49,6 +56,9 @@ class DeadRecord:
     exception_class: str | None
     exception_message: str | None
     age_seconds: float | None
+    #: A copy made at the record's last delivery to a share group, before processing, with no later
+    #: copy saying its processing failed: it may also have been processed.
+    may_be_processed: bool = False
 
 
 class CannotRead(Exception):
@@ -90,9 +100,31 @@ def read_dead_letters(connection: Mapping[str, Any], topic: str, timeout: float)
                 if offset + 1 >= ends[partition]:
                     done.add(partition)
                 out.append((_view(msg, partition, offset), msg))
-        return out
+        return _mark_processed(out)
     finally:
         consumer.close()
+
+
+#: The stage of a copy made at a share group's last delivery, before processing (SafeShareConsumer).
+LAST_DELIVERY = "last-delivery"
+
+
+def _mark_processed(records: list[tuple[DeadRecord, Message]]) -> list[tuple[DeadRecord, Message]]:
+    """Mark the last-delivery copies no failure copy of the same record follows."""
+
+    def origin(v: DeadRecord) -> tuple[Any, ...]:
+        return (v.original_topic, v.original_partition, v.original_offset, v.group)
+
+    failed = {origin(v) for v, _ in records if v.stage != LAST_DELIVERY}
+    return [
+        (
+            dataclasses.replace(v, may_be_processed=True)
+            if v.stage == LAST_DELIVERY and origin(v) not in failed
+            else v,
+            m,
+        )
+        for v, m in records
+    ]
 
 
 def _view(msg: Message, partition: int, offset: int) -> DeadRecord:
@@ -223,11 +255,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _render(topic: str, views: list[DeadRecord], replayed: int) -> str:
     lines = [f"dead-letter topic {topic}: {len(views)} record(s)"]
+    maybe = sum(v.may_be_processed for v in views)
+    if maybe:
+        lines[0] += f", {maybe} of them copied at their last delivery and may also have been processed"
     for v in views:
         age = "?" if v.age_seconds is None else f"{v.age_seconds:.0f}s"
         lines.append(
             f"  {v.partition}:{v.offset}  from {v.original_topic} [{v.original_partition}] @ {v.original_offset}"
             f"  group {v.group}  {v.stage}: {v.exception_class}: {v.exception_message}  age {age}"
+            + ("  (may also have been processed)" if v.may_be_processed else "")
         )
     if replayed:
         lines.append(f"replayed {replayed} record(s) to their original topics")

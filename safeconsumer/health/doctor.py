@@ -78,6 +78,9 @@ from ._migrate_check import (
     migration_plan,
     render_migration,
 )
+from ._share_check import observe_share, progress, render_share, share_findings, share_members, share_section
+from ._share_look import ShareGroup, describe_share_group
+from ._wire import WireError
 
 #: Share of the broker's group size limit from which ``group_size`` is reported.
 SIZE_WARNING = 0.8
@@ -139,6 +142,12 @@ class Report:
     observed: dict[str, Any] | None = None
     #: The ``--migrate`` check (``_migrate_check.migration_plan``; None: not asked, left out of the JSON).
     migration: dict[str, Any] | None = None
+    #: A share group's settings and where it stands per partition (``_share_check.share_section``;
+    #: None: not a share group, left out of the JSON).
+    share: dict[str, Any] | None = None
+    #: Why the doctor could not ask whether an empty-looking group is a share group (None: it could,
+    #: or did not need to; left out of the JSON).
+    share_check: str | None = None
 
     @property
     def healthy(self) -> bool:
@@ -147,8 +156,9 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         del out["consumers_per_process"], out["fetch_memory_budget"]  # both in fetch_memory
-        if self.migration is None:
-            del out["migration"]  # only with --migrate: the shape without it is as it was
+        for optional in ("migration", "share", "share_check"):
+            if out[optional] is None:
+                del out[optional]  # only where it applies: the shape without it is as it was
         return {"schema": SCHEMA, **out, "healthy": self.healthy}
 
 
@@ -167,6 +177,7 @@ def diagnose(
     fetch_memory_budget: int = DEFAULT_BUDGET,
     observe: float = 0.0,
     migrate: bool = False,
+    processing_time: float | None = None,
 ) -> Report:
     """Describe ``group`` and find what causes incidents. Raises :class:`CannotConnect`.
 
@@ -177,6 +188,11 @@ def diagnose(
     ``observe``: seconds to watch the group's membership for (0: describe once).
     ``migrate``: check moving the group to ``group.protocol=consumer`` (``Report.migration``);
     ``config``, if given (not empty), is then the config the members run with today.
+    ``processing_time``: the longest one record's processing takes (seconds), for a share group's
+    lock findings.
+
+    A group librdkafka describes as empty and dead may be a share group (KIP-932), which
+    librdkafka does not describe: the doctor then asks the coordinator itself (:mod:`._wire`).
     """
     limits = FetchLimits.from_config(config or {})
     refused: list[KafkaError] = []  # logins the cluster refused (librdkafka retries them silently)
@@ -199,6 +215,34 @@ def diagnose(
         if refused:
             reason = f"authentication failed: {refused[-1].str()}"
         raise CannotConnect(f"cannot connect to {bootstrap_servers}: {reason}") from None
+    wire_conf = {k: v for k, v in conf.items() if isinstance(v, str | int | float | bool)}
+    shared, share_check = _probe_share(admin, wire_conf, bootstrap_servers, group, timeout)
+    if shared is not None:
+        report = Report(
+            group=group,
+            bootstrap_servers=bootstrap_servers,
+            protocol="share",
+            state="",
+            assignor="",
+            coordinator=None,
+            limit=None,
+            members=[],
+            findings=[],
+            consumer=asdict(limits),
+            brokers=len(cluster.brokers) or None,
+            consumers_per_process=consumers_per_process,
+            fetch_memory_budget=fetch_memory_budget,
+        )
+        return _diagnose_share(
+            report,
+            admin,
+            wire_conf,
+            shared,
+            config=config or {},
+            observe=observe,
+            processing_time=processing_time,
+            timeout=timeout,
+        )
     observed = None
     if observe > 0:
         observed = _observe(admin, group, observe, timeout)
@@ -248,8 +292,59 @@ def diagnose(
             group_config(admin, group, timeout),
             protocol_type=protocol_type,
         )
+    report.share_check = share_check
     report.findings = findings(report)
     return report
+
+
+def _probe_share(
+    admin: AdminClient, conf: dict[str, Any], bootstrap_servers: str, group: str, timeout: float
+) -> tuple[ShareGroup | None, str | None]:
+    """The share group ``group``, if it is one; else None, with why the coordinator could not be
+    asked (None if it answered, or if librdkafka described a consumer group with members)."""
+    try:
+        description = describe_group(admin, group, timeout)
+    except (KafkaException, concurrent.futures.TimeoutError):
+        return None, None  # the usual path reports it
+    if description.members or _name(description.state) not in ("dead", "unknown"):
+        return None, None
+    try:
+        return describe_share_group(conf, bootstrap_servers, group, timeout), None
+    except WireError as exc:
+        return None, f"could not ask the coordinator whether {group!r} is a share group: {exc}"
+
+
+def _diagnose_share(
+    report: Report,
+    admin: AdminClient,
+    conf: dict[str, Any],
+    described: ShareGroup,
+    *,
+    config: Mapping[str, Any],
+    observe: float,
+    processing_time: float | None,
+    timeout: float,
+) -> Report:
+    """The report on a share group (see :mod:`._share_check`)."""
+    if observe > 0:
+        snapshots, _watched = observe_share(conf, report.bootstrap_servers, report.group, observe, timeout)
+        described = snapshots[-1] if snapshots else described
+        changes = membership_changes([_share_member_reports(s) for s in snapshots])
+        report.observed = {"seconds": observe, **changes, "no_progress": progress(snapshots)}
+    report.members = _share_member_reports(described)
+    report.state, report.assignor, report.coordinator = described.state, described.assignor, described.coordinator
+    settings = _broker_settings(admin, described.coordinator.get("id"), timeout)
+    report.limit = _size_limit(settings, "share")
+    report.topics = _topic_limits(admin, sorted({t for m in report.members for t in m.assignment}), timeout)
+    report.share = share_section(
+        admin, described, settings, config=config, processing_time=processing_time, timeout=timeout
+    )
+    report.findings = findings(report)
+    return report
+
+
+def _share_member_reports(described: ShareGroup) -> list[MemberReport]:
+    return [MemberReport(**m) for m in share_members(described)]
 
 
 def _members(description: Any) -> list[MemberReport]:
@@ -371,14 +466,17 @@ def _broker_settings(admin: AdminClient, broker_id: int | None, timeout: float) 
 
 def _size_limit(settings: Mapping[str, str] | None, protocol: str) -> dict[str, Any] | None:
     """The coordinator's group size limit for the group's protocol, or None if unreadable."""
-    setting = "group.consumer.max.size" if protocol == "consumer" else "group.max.size"
+    setting = {"consumer": "group.consumer.max.size", "share": "group.share.max.size"}.get(protocol, "group.max.size")
     value = integer((settings or {}).get(setting))
     return None if value is None else {"setting": setting, "value": value}
 
 
 def findings(report: Report) -> list[Finding]:
     """Everything worth an operator's attention in a described group (pure: unit-tested)."""
-    return _group_findings(report) + migration_findings(report)
+    out = _group_findings(report) + migration_findings(report)
+    if report.share is not None:
+        out += share_findings(report.group, len(report.members), report.share, report.observed)
+    return out
 
 
 def _group_findings(report: Report) -> list[Finding]:
@@ -386,17 +484,19 @@ def _group_findings(report: Report) -> list[Finding]:
     other = report.migration is not None and report.migration["group"]["protocol_type"] != "consumer"
     if not report.members and other:
         return out  # not a consumer group: its members are not described (upgrade_refused says so)
+    share = report.share is not None
     if not report.members:
         out.append(
             Finding(
                 "group_empty",
                 "warning",
-                f"group {report.group!r} has no members (state {report.state})",
+                f"{'share ' if share else ''}group {report.group!r} has no members (state {report.state})"
+                + (f"; {report.share_check}" if report.share_check else ""),
                 "Check the group id your consumers use, or whether they are running.",
             )
         )
         return out
-    apps = _applications(report.members)
+    apps = [] if share else _applications(report.members)  # a share group's members need not split topics
     if len(apps) > 1:
         described = "; ".join(
             f"{', '.join(sorted({m.client_id for m in ms}))} consume {', '.join(sorted(topics))}" for topics, ms in apps
@@ -430,7 +530,8 @@ def _group_findings(report: Report) -> list[Finding]:
                     {"members": size, "limit": cap, "setting": limit["setting"]},
                 )
             )
-    memory = report.fetch_memory if report.fetch_memory is not None else fetch_memory(report)
+    # A share consumer's fetch buffers are not librdkafka's consumer queue: not estimated.
+    memory = None if share else report.fetch_memory if report.fetch_memory is not None else fetch_memory(report)
     if memory is not None and memory["total"] > memory["budget"]:
         parts = FetchEstimate(**memory["per_consumer"]).times(memory["consumers_per_process"])
         out.append(
@@ -463,7 +564,8 @@ def _group_findings(report: Report) -> list[Finding]:
                 )
             )
     seen = report.observed
-    if seen is not None and seen["membership_changes"] >= OFTEN and seen["without_instance_id"]:
+    # Share groups have no static membership (no group.instance.id).
+    if seen is not None and not share and seen["membership_changes"] >= OFTEN and seen["without_instance_id"]:
         out.append(
             Finding(
                 "static_membership",
@@ -512,6 +614,8 @@ def render(report: Report) -> str:
         + ("unknown" if report.limit is None else f"{report.limit['value']} ({report.limit['setting']})"),
         f"members      {len(report.members)}",
     ]
+    if report.share is not None:
+        lines += render_share(report.share)
     memory = report.fetch_memory
     if memory is not None:
         lines.append(
@@ -596,6 +700,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the consumer config's classic-only keys (give the config the members run with today), and whether "
         "the broker can convert the group",
     )
+    doctor.add_argument(
+        "--processing-time",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="share groups: the longest one record's processing takes, judged against the group's lock "
+        "(lock_too_short, batch_outlives_lock)",
+    )
     doctor.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
     dead_letters.add_command(commands)
     return parser
@@ -679,6 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             fetch_memory_budget=args.fetch_memory_budget,
             observe=args.observe,
             migrate=args.migrate,
+            processing_time=args.processing_time,
         )
     except CannotConnect as exc:
         sys.stderr.write(f"safeconsumer doctor: {exc}\n")

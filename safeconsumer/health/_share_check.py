@@ -1,0 +1,312 @@
+"""The doctor on a share group (KIP-932): what it reads, what it finds, how it shows it.
+
+The group itself comes from :mod:`._share_look` (members, assignment, where the group stands on each
+partition and its lag); its settings from the admin API (the GROUP config resource:
+``share.auto.offset.reset``, ``share.record.lock.duration.ms``, ``share.delivery.count.limit``,
+the broker's where the group has none); each partition's start and end from ``list_offsets``.
+
+Findings (pure, :func:`share_findings`):
+
+- ``share_start_latest``: the group starts at ``latest`` because nobody chose otherwise (the broker's
+  default), and its topics hold records before where it stands: a member's first fetch of a
+  partition skips everything already there, silently;
+- ``lock_too_short`` (with ``--processing-time``): one record takes as long as the group's lock or
+  longer: the broker hands it to another member while it is processed (done twice), and archives it
+  after ``share.delivery.count.limit`` such deliveries;
+- ``batch_outlives_lock`` (with ``--processing-time``): a batch of ``max.poll.records`` takes longer
+  than the lock: its tail is processed twice by a raw ``ShareConsumer`` (SafeShareConsumer gives
+  it back unprocessed, and each delivery counts toward the limit);
+- ``share_no_progress`` (with ``--observe`` at least as long as the lock): a partition with records
+  to deliver whose start did not move while watched, longer than the lock: records are redelivered
+  (work past the lock, or a record failing again and again toward its archive).
+
+What no client-visible API gives is said, not guessed: the number of records in flight and archived
+(the broker's metrics only); lock overruns and redeliveries themselves are seen by the members
+(SafeShareConsumer's ``lock_overruns``, its WARNINGs and its telemetry).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from ..share._batch import RELEASE_AT
+from ..share._group import DEFAULT_DELIVERY_LIMIT, DEFAULT_LOCK_MS, read_settings, watermarks
+from ._findings import Finding
+from ._share_look import ShareGroup, describe_share_group
+from ._wire import WireError
+
+#: librdkafka's default ``max.poll.records`` for a share consumer.
+DEFAULT_MAX_POLL_RECORDS = 500
+
+#: The broker setting that caps a group's lock duration.
+MAX_LOCK = "group.share.max.record.lock.duration.ms"
+
+
+def share_section(
+    admin: AdminClient,
+    described: ShareGroup,
+    broker_settings: Mapping[str, str] | None,
+    *,
+    config: Mapping[str, Any],
+    processing_time: float | None,
+    timeout: float,
+) -> dict[str, Any]:
+    """The report's ``share`` object: the group's settings and where it stands on each partition."""
+    group = described.group
+    try:
+        settings = read_settings(admin, group, timeout)
+        start, start_set = settings.auto_offset_reset, settings.reset_is_the_groups
+        lock_ms, limit = settings.lock_ms, settings.delivery_limit
+        readable = True
+    except KafkaException:
+        start, start_set, lock_ms, limit, readable = "latest", False, DEFAULT_LOCK_MS, DEFAULT_DELIVERY_LIMIT, False
+    topics = sorted({t for m in described.members for t in m.subscribed} | {p.topic for p in described.partitions})
+    low: dict[tuple[str, int], int] = {}
+    high: dict[tuple[str, int], int] = {}
+    with contextlib.suppress(KafkaException):
+        low, high = watermarks(admin, topics, timeout)
+    stands = {(p.topic, p.partition): p for p in described.partitions}
+    rows: list[dict[str, Any]] = []
+    for key in sorted(set(high) | set(stands)):
+        there = stands.get(key)
+        offset = there.start_offset if there is not None and there.start_offset >= 0 else None
+        begin, end = low.get(key), high.get(key)
+        before: int | None = None
+        if begin is not None and end is not None:
+            before = max(0, (offset if offset is not None else end) - begin)
+        rows.append(
+            {
+                "topic": key[0],
+                "partition": key[1],
+                "log_start": begin,
+                "log_end": end,
+                "start_offset": offset,
+                "lag": None if there is None else there.lag,
+                "before_start": before,
+            }
+        )
+    max_lock = (broker_settings or {}).get(MAX_LOCK)
+    return {
+        "epoch": described.epoch,
+        "settings_readable": readable,
+        "start": start,
+        "start_set_on_group": start_set,
+        "lock_ms": lock_ms,
+        "max_lock_ms": int(max_lock) if max_lock and max_lock.lstrip("-").isdigit() else None,
+        "delivery_count_limit": limit,
+        "max_poll_records": int(config.get("max.poll.records", DEFAULT_MAX_POLL_RECORDS)),
+        "processing_time": processing_time,
+        "lag": sum(r["lag"] or 0 for r in rows) if any(r["lag"] is not None for r in rows) else None,
+        "partitions": rows,
+        "in_flight": None,  # not told to clients (the broker's metrics only)
+        "archived": None,
+    }
+
+
+def observe_share(
+    conf: dict[str, Any], bootstrap_servers: str, group: str, seconds: float, timeout: float
+) -> tuple[list[ShareGroup], float]:
+    """Describe the share group every half second for ``seconds``: the snapshots, and the seconds
+    actually watched (a describe that failed says nothing and is left out)."""
+    snapshots: list[ShareGroup] = []
+    began = time.monotonic()
+    deadline = began + seconds
+    while True:
+        with contextlib.suppress(WireError):
+            described = describe_share_group(conf, bootstrap_servers, group, min(timeout, 5.0))
+            if described is not None:
+                snapshots.append(described)
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    return snapshots, time.monotonic() - began
+
+
+def progress(snapshots: list[ShareGroup]) -> list[dict[str, Any]]:
+    """Partitions whose start never moved across the snapshots, while records waited there (a lag) or
+    the group had acknowledged nothing there yet (no start: ``start_offset`` None, ``lag`` None;
+    :func:`share_findings` judges those by the group's start)."""
+    if len(snapshots) < 2:
+        return []
+    still: list[dict[str, Any]] = []
+    for key in sorted({(p.topic, p.partition) for p in snapshots[0].partitions}):
+        seen = [{(q.topic, q.partition): q for q in s.partitions}.get(key) for s in snapshots]
+        # A start first told (the broker writes the group's state at its first acknowledgement or
+        # lock expiry) is not a move; one that changed after is.
+        starts = {q.start_offset for q in seen if q is not None and q.start_offset >= 0}
+        kept = [q for q in seen if q is not None and (q.lag or q.start_offset < 0)]
+        if len(kept) == len(seen) and len(starts) <= 1:
+            start = starts.pop() if starts else None
+            still.append({"topic": key[0], "partition": key[1], "start_offset": start, "lag": kept[-1].lag})
+    return still
+
+
+def _waiting(share: Mapping[str, Any], stuck: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of the partitions :func:`progress` found, those where records certainly wait: a lag, or no
+    acknowledgement yet on a group that starts at earliest on a partition holding records (at
+    latest, a partition without a start may have nothing to deliver)."""
+    held = {(r["topic"], r["partition"]): (r["log_end"] or 0) - (r["log_start"] or 0) for r in share["partitions"]}
+    return [
+        r
+        for r in stuck
+        if r["lag"]
+        or (
+            r["start_offset"] is None and share["start"] == "earliest" and held.get((r["topic"], r["partition"]), 0) > 0
+        )
+    ]
+
+
+def share_findings(
+    group: str, members: int, share: Mapping[str, Any], observed: Mapping[str, Any] | None
+) -> list[Finding]:
+    """Everything worth an operator's attention in a described share group (pure: unit-tested)."""
+    out: list[Finding] = []
+    lock_s = share["lock_ms"] / 1000
+    if share["start"] == "latest" and not share["start_set_on_group"] and share["settings_readable"]:
+        before = [r for r in share["partitions"] if r["before_start"]]
+        total = sum(r["before_start"] for r in before)
+        if total:
+            topics = sorted({r["topic"] for r in before})
+            out.append(
+                Finding(
+                    "share_start_latest",
+                    "warning",
+                    f"share group {group!r} starts at latest (share.auto.offset.reset is the broker's default, not "
+                    f"set on the group): {total} record(s) of {', '.join(topics)} lie before where it stands; a "
+                    "member's first fetch of a partition skips what is already there, and nothing says so",
+                    "If the group must process what its topics hold, start it at earliest while it has no state "
+                    "(SafeShareConsumer(start='earliest'), or kafka-share-groups.sh --reset-offsets --to-earliest "
+                    "with no member running). If latest is meant, set share.auto.offset.reset=latest on the group "
+                    "(kafka-configs.sh --entity-type groups) so that the choice is written down.",
+                    {
+                        "records_before_start": total,
+                        "partitions": [{k: r[k] for k in ("topic", "partition", "before_start")} for r in before],
+                    },
+                )
+            )
+    processing = share.get("processing_time")
+    raise_lock = (
+        f"Raise share.record.lock.duration.ms on the group (kafka-configs.sh --entity-type groups --alter "
+        f"--add-config); the brokers allow at most {share['max_lock_ms']} ms ({MAX_LOCK})."
+        if share.get("max_lock_ms")
+        else f"Raise share.record.lock.duration.ms on the group (up to the brokers' {MAX_LOCK})."
+    )
+    if processing is not None and members:
+        limit = share["delivery_count_limit"]
+        if processing >= lock_s:
+            out.append(
+                Finding(
+                    "lock_too_short",
+                    "critical",
+                    f"one record takes up to {processing:g} s to process, the group's acquisition lock lasts "
+                    f"{lock_s:g} s: the broker hands such a record to another member while it is still processed "
+                    f"(done twice), and archives it after {limit} deliveries (share.delivery.count.limit)",
+                    raise_lock + " SafeShareConsumer reports each record it still holds when its lock runs out.",
+                    {"processing_time": processing, "lock_ms": share["lock_ms"], "delivery_count_limit": limit},
+                )
+            )
+        else:
+            batch = share["max_poll_records"]
+            if batch * processing >= lock_s:
+                fits = max(1, int(lock_s * RELEASE_AT / processing))
+                out.append(
+                    Finding(
+                        "batch_outlives_lock",
+                        "warning",
+                        f"a batch of {batch} record(s) (max.poll.records) takes up to {batch * processing:g} s, past "
+                        f"the group's {lock_s:g} s lock: a raw ShareConsumer processes the batch's tail twice "
+                        "(another member gets it when the lock runs out); SafeShareConsumer gives the tail back "
+                        f"unprocessed at {RELEASE_AT:.0%} of the lock, and each delivery counts toward "
+                        f"share.delivery.count.limit={limit}",
+                        f"Set max.poll.records to at most {fits} (the broker hands out whole record batches, so "
+                        "polls can still be larger), or: " + raise_lock,
+                        {
+                            "max_poll_records": batch,
+                            "processing_time": processing,
+                            "batch_seconds": batch * processing,
+                            "lock_ms": share["lock_ms"],
+                            "fits": fits,
+                        },
+                    )
+                )
+    stuck = _waiting(share, observed.get("no_progress") or []) if observed is not None else []
+    if observed is not None and observed.get("seconds", 0) >= lock_s and stuck and members:
+        where = ", ".join(
+            f"{r['topic']} [{r['partition']}] "
+            + (f"at {r['start_offset']}" if r["start_offset"] is not None else "(nothing acknowledged there yet)")
+            for r in stuck
+        )
+        out.append(
+            Finding(
+                "share_no_progress",
+                "warning",
+                f"watched for {observed['seconds']:g} s (longer than the {lock_s:g} s lock), the group's start "
+                f"did not move on {where} while records there wait: records are delivered again and again (work "
+                "that outlives its lock, or a record failing each time until the broker archives it after "
+                f"{share['delivery_count_limit']} deliveries, with no copy)",
+                "Look at the members' processing of the record at that offset. SafeShareConsumer warns of each lock "
+                "overrun (lock_overruns, the safeconsumer.share.lock_overruns metric) and, with "
+                "poison=DeadLetter(...), copies a record to the dead-letter topic before its last delivery.",
+                {"partitions": stuck, "seconds": observed["seconds"]},
+            )
+        )
+    return out
+
+
+def render_share(share: Mapping[str, Any]) -> list[str]:
+    """The share section of the human report."""
+    start = share["start"] + (" (set on the group)" if share["start_set_on_group"] else " (the broker's default)")
+    lines = [
+        f"start        {start}",
+        f"lock         {share['lock_ms'] / 1000:g} s per acquisition (share.record.lock.duration.ms), "
+        f"archived after {share['delivery_count_limit']} deliveries (share.delivery.count.limit)",
+        "lag          "
+        + ("unknown" if share["lag"] is None else f"{share['lag']} record(s) not yet acknowledged")
+        + "; in flight and archived: not told to clients (broker metrics)",
+    ]
+    if share.get("processing_time") is not None:
+        lines.append(f"processing   up to {share['processing_time']:g} s per record (--processing-time)")
+    rows = [("topic", "partition", "log start", "group start", "log end", "lag", "before start")]
+
+    def text(value: Any) -> str:
+        return "-" if value is None else str(value)
+
+    for r in share["partitions"]:
+        rows.append(
+            (
+                r["topic"],
+                str(r["partition"]),
+                text(r["log_start"]),
+                text(r["start_offset"]),
+                text(r["log_end"]),
+                text(r["lag"]),
+                text(r["before_start"]),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines.append("")
+    for i, row in enumerate(rows):
+        lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def share_members(described: ShareGroup) -> list[dict[str, Any]]:
+    """The members as the report's ``members`` list takes them (MemberReport's fields)."""
+    return [
+        {
+            "member_id": m.member_id,
+            "client_id": m.client_id,
+            "host": m.host,
+            "instance_id": None,
+            "assignment": m.assignment,
+        }
+        for m in described.members
+    ]

@@ -1,0 +1,203 @@
+"""The doctor's share-group parts that are pure logic: the protocol codec, the SCRAM exchange, the
+connection settings it takes from librdkafka's, and the share findings. What the broker answers is
+tested against the real broker (tests/integration/test_doctor_share.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from safeconsumer.health._share_check import progress, render_share, share_findings
+from safeconsumer.health._share_look import ShareGroup, SharePartition
+from safeconsumer.health._wire import Reader, Scram, Settings, Unsupported, WireError, Writer
+from safeconsumer.health.dead_letters import DeadRecord, _mark_processed, _render
+
+
+def test_compact_and_classic_types_read_back_as_written() -> None:
+    data = (
+        Writer()
+        .int8(-2)
+        .int16(-300)
+        .int32(70000)
+        .uvarint(300)
+        .string("classic")
+        .string(None)
+        .compact_string("compact ü")
+        .compact_string(None)
+        .compact_bytes(b"\x00\x01")
+        .compact_array([1, 2, 3], Writer.int32)
+        .compact_array(None, Writer.int32)
+        .boolean(True)
+        .tags()
+        .bytes()
+    )
+    r = Reader(data)
+    assert (r.int8(), r.int16(), r.int32(), r.uvarint()) == (-2, -300, 70000, 300)
+    assert (r.string(), r.string(), r.compact_string(), r.compact_string()) == ("classic", None, "compact ü", None)
+    assert r.compact_bytes() == b"\x00\x01"
+    assert r.compact_array(Reader.int32) == [1, 2, 3] and r.compact_array(Reader.int32) == []
+    assert r.boolean() is True
+    r.skip_tags()
+    with pytest.raises(WireError, match="ended early"):
+        r.int8()
+
+
+def test_tagged_fields_are_skipped() -> None:
+    # Two tagged fields: tag 0 of 3 bytes, tag 5 of 1 byte; then an int16.
+    r = Reader(bytes([2, 0, 3, 9, 9, 9, 5, 1, 7]) + (42).to_bytes(2, "big"))
+    r.skip_tags()
+    assert r.int16() == 42
+
+
+def test_scram_sha_256_matches_rfc_7677() -> None:
+    """RFC 7677 section 3's exchange (user "user", password "pencil")."""
+    scram = Scram("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
+    assert scram.first() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+    server_first = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    assert scram.final(server_first) == (
+        b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    )
+    scram.verify(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+    with pytest.raises(WireError, match="signature does not match"):
+        scram.verify(b"v=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+    with pytest.raises(WireError, match="refused the SCRAM login: invalid-proof"):
+        scram.verify(b"e=invalid-proof")
+
+
+def test_a_scram_challenge_with_another_nonce_is_refused() -> None:
+    scram = Scram("SCRAM-SHA-512", "u", "p", nonce="abc")
+    with pytest.raises(WireError, match="malformed"):
+        scram.final(b"r=zzz,s=c2FsdA==,i=4096")
+
+
+def test_settings_are_read_from_librdkafka_keys_and_hold_no_secret_in_their_repr() -> None:
+    s = Settings.from_config(
+        {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "scram-sha-512",
+            "sasl.username": "app",
+            "sasl.password": "s3cret",
+            "ssl.ca.location": "/ca.pem",
+            "ssl.endpoint.identification.algorithm": "none",
+        }
+    )
+    assert s.tls and s.sasl and s.mechanism == "SCRAM-SHA-512" and not s.check_hostname and s.verify
+    assert "s3cret" not in repr(s)
+    assert not Settings.from_config({}).tls and not Settings.from_config({}).sasl
+
+
+@pytest.mark.parametrize(
+    ("conf", "named"),
+    [
+        ({"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"}, "sasl.mechanism=GSSAPI"),
+        ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER"}, "sasl.mechanism=OAUTHBEARER"),
+        ({"security.protocol": "ssl", "ssl.keystore.location": "/k.p12"}, "ssl.keystore.location"),
+        ({"security.protocol": "carrier-pigeon"}, "security.protocol='carrier-pigeon'"),
+    ],
+)
+def test_settings_this_client_cannot_honour_are_named(conf: dict[str, Any], named: str) -> None:
+    with pytest.raises(Unsupported, match=named.replace("(", r"\(")):
+        Settings.from_config(conf)
+
+
+def _share(**overrides: Any) -> dict[str, Any]:
+    share: dict[str, Any] = {
+        "epoch": 3,
+        "settings_readable": True,
+        "start": "earliest",
+        "start_set_on_group": True,
+        "lock_ms": 30_000,
+        "max_lock_ms": 60_000,
+        "delivery_count_limit": 5,
+        "max_poll_records": 500,
+        "processing_time": None,
+        "lag": 0,
+        "partitions": [
+            {
+                "topic": "t",
+                "partition": 0,
+                "log_start": 0,
+                "log_end": 10,
+                "start_offset": 10,
+                "lag": 0,
+                "before_start": 10,
+            }
+        ],
+        "in_flight": None,
+        "archived": None,
+    }
+    share.update(overrides)
+    return share
+
+
+def _codes(share: dict[str, Any], observed: dict[str, Any] | None = None, members: int = 2) -> list[str]:
+    return [f.code for f in share_findings("g", members, share, observed)]
+
+
+def test_a_latest_start_nobody_chose_with_records_before_it_is_found() -> None:
+    assert _codes(_share(start="latest", start_set_on_group=False)) == ["share_start_latest"]
+    (finding,) = share_findings("g", 2, _share(start="latest", start_set_on_group=False), None)
+    assert finding.details["records_before_start"] == 10 and "nothing says so" in finding.message
+    assert _codes(_share(start="latest", start_set_on_group=True)) == []  # chosen: written down
+    assert _codes(_share()) == []  # earliest
+    empty = [{**_share()["partitions"][0], "before_start": 0}]
+    assert _codes(_share(start="latest", start_set_on_group=False, partitions=empty)) == []
+    # The group's settings could not be read: the start is not known, not guessed.
+    assert _codes(_share(start="latest", start_set_on_group=False, settings_readable=False)) == []
+
+
+def test_processing_against_the_lock() -> None:
+    assert _codes(_share(processing_time=30.0)) == ["lock_too_short"]
+    assert _codes(_share(processing_time=0.1)) == ["batch_outlives_lock"]  # 500 x 0.1 s = 50 s > 30 s
+    (finding,) = share_findings("g", 1, _share(processing_time=0.1), None)
+    assert finding.details["fits"] == 225 and "at most 225" in finding.advice  # 0.75 x 30 s / 0.1 s
+    assert "at most 60000 ms" in finding.advice
+    assert _codes(_share(processing_time=0.05)) == []  # 25 s < 30 s
+    assert _codes(_share(processing_time=30.0), members=0) == []  # no members: nothing processes (group_empty says so)
+
+
+def _snap(*parts: tuple[int, int | None]) -> ShareGroup:
+    return ShareGroup("g", "stable", 1, "simple", {}, [], [SharePartition("t", 0, start, lag) for start, lag in parts])
+
+
+def test_progress_is_a_start_that_moves_or_nothing_left_to_deliver() -> None:
+    assert progress([_snap((5, 3)), _snap((5, 3)), _snap((5, 2))]) == [
+        {"topic": "t", "partition": 0, "start_offset": 5, "lag": 2}
+    ]
+    assert progress([_snap((5, 3)), _snap((6, 2))]) == []  # moved
+    assert progress([_snap((5, 3)), _snap((5, 0))]) == []  # nothing waits
+    # A start first told is not a move; a group with no start yet is judged by its start setting.
+    assert progress([_snap((-1, None)), _snap((0, 5))]) == [{"topic": "t", "partition": 0, "start_offset": 0, "lag": 5}]
+    assert progress([_snap((-1, None)), _snap((-1, None))])[0]["start_offset"] is None
+    assert progress([_snap((5, 3))]) == []  # one look says nothing
+
+
+def test_no_progress_is_found_only_when_watched_longer_than_the_lock() -> None:
+    stuck = {"seconds": 3.0, "no_progress": [{"topic": "t", "partition": 0, "start_offset": 5, "lag": 2}]}
+    assert _codes(_share(lock_ms=1000), stuck) == ["share_no_progress"]
+    assert _codes(_share(lock_ms=5000), stuck) == []  # watched less than the lock: a slow batch looks the same
+    assert _codes(_share(lock_ms=1000), stuck, members=0) == []
+    unknown = {"seconds": 3.0, "no_progress": [{"topic": "t", "partition": 0, "start_offset": None, "lag": None}]}
+    assert _codes(_share(lock_ms=1000), unknown) == ["share_no_progress"]  # earliest, records held
+    assert _codes(_share(lock_ms=1000, start="latest", start_set_on_group=True), unknown) == []  # may be nothing
+
+
+def test_the_share_section_renders_every_partition() -> None:
+    text = "\n".join(render_share(_share(processing_time=0.5, lag=None)))
+    assert "start        earliest (set on the group)" in text
+    assert "lock         30 s per acquisition" in text and "archived after 5 deliveries" in text
+    assert "lag          unknown; in flight and archived: not told to clients" in text
+    assert "processing   up to 0.5 s per record" in text
+    assert "t      0          0          10           10" in text
+
+
+def test_a_last_delivery_copy_may_be_processed_unless_a_failure_copy_of_the_record_follows() -> None:
+    def dead(offset: int, original: int, stage: str) -> tuple[DeadRecord, Any]:
+        return DeadRecord(0, offset, "t", 0, original, "g", stage, "X", "m", 1.0), None
+
+    marked = _mark_processed([dead(0, 7, "last-delivery"), dead(1, 8, "last-delivery"), dead(2, 8, "process")])
+    assert [v.may_be_processed for v, _ in marked] == [True, False, False]
+    text = _render("dlt", [v for v, _ in marked], 0)
+    assert "3 record(s), 1 of them copied at their last delivery and may also have been processed" in text
+    assert text.count("(may also have been processed)") == 1
