@@ -36,6 +36,11 @@ With ``--migrate`` the report also checks moving the group to ``group.protocol=c
   ``group.consumer.max.size``; a group that is not a consumer group). The refused member dies
   of a fatal error (GROUP_ID_NOT_FOUND at its first heartbeat).
 
+A share group (KIP-932), which librdkafka describes as an empty dead classic group, is described
+by its coordinator through :mod:`._wire` and judged by :mod:`._share_check` (``share_start_latest``,
+``lock_too_short``, ``batch_outlives_lock`` with ``--processing-time``, ``share_no_progress`` with
+``--observe``, ``group_size``, ``group_empty``).
+
 Exit status: 0 healthy, 1 findings, 2 cannot connect (or bad arguments). ``--json`` prints one
 object whose shape is documented in ``docs/group-health.md`` (``"schema": 1``).
 """
@@ -525,8 +530,12 @@ def _group_findings(report: Report) -> list[Finding]:
                         if at_limit
                         else f"At {cap} members new ones will be refused: "
                     )
-                    + "run fewer consumers (more than the partitions do no work), "
-                    f"or raise {limit['setting']} on every broker.",
+                    + (
+                        "run fewer consumers, "
+                        if share
+                        else "run fewer consumers (more than the partitions do no work), "
+                    )
+                    + f"or raise {limit['setting']} on every broker.",
                     {"members": size, "limit": cap, "setting": limit["setting"]},
                 )
             )
@@ -653,8 +662,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     doctor = commands.add_parser(
         "doctor",
-        help="describe a live consumer group and flag what causes incidents",
-        description="Describe a live consumer group and flag what causes incidents. "
+        help="describe a live consumer or share group and flag what causes incidents",
+        description="Describe a live consumer or share group and flag what causes incidents. "
         "Exit status: 0 healthy, 1 findings, 2 cannot connect.",
     )
     doctor.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT")

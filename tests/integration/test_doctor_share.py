@@ -298,3 +298,31 @@ def test_the_doctor_reads_a_share_group_on_the_secured_cluster_and_prints_no_sec
         assert secured_broker.sasl_ssl.password not in done.stdout + done.stderr
     finally:
         c.close()
+
+
+def test_a_share_group_at_the_broker_s_size_limit_is_found(full_group_kafka: KafkaTestKit) -> None:
+    """The full-group broker allows 2 members per share group (group.share.max.size)."""
+    kafka = full_group_kafka
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    members = [SafeShareConsumer(_conf(kafka, group, f"worker-{i}"), start="earliest") for i in range(2)]
+    try:
+        for c in members:
+            c.subscribe([topic])
+
+        def both_in() -> bool:
+            _poll_all(members, explicit=False)
+            found = describe_share_group(kafka.client_config, kafka.bootstrap_servers, group, 10)
+            return found is not None and len(found.members) == 2
+
+        wait_until(both_in, timeout=30, what="two members in the share group")
+        done = _doctor(
+            ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json"],
+            lambda: _poll_all(members, explicit=False),
+        )
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        (finding,) = json.loads(done.stdout)["findings"]
+        assert finding["code"] == "group_size" and finding["severity"] == "critical"
+        assert finding["details"] == {"members": 2, "limit": 2, "setting": "group.share.max.size"}
+    finally:
+        for c in members:
+            c.close()
