@@ -16,13 +16,17 @@ Findings (pure, :func:`share_findings`):
 - ``batch_outlives_lock`` (with ``--processing-time``): a batch of ``max.poll.records`` takes longer
   than the lock: its tail is processed twice by a raw ``ShareConsumer`` (SafeShareConsumer gives
   it back unprocessed, and each delivery counts toward the limit);
+- ``share_archived`` (with ``--observe``): the share-group state log (:mod:`._share_state`) showed
+  records archived while watched, past the delivery count limit or rejected: never delivered again;
 - ``share_no_progress`` (with ``--observe`` at least as long as the lock): a partition with records
   to deliver whose start did not move while watched, longer than the lock: records are redelivered
   (work past the lock, or a record failing again and again toward its archive).
 
-What no client-visible API gives is said, not guessed: the number of records in flight and archived
-(the broker's metrics only); lock overruns and redeliveries themselves are seen by the members
-(SafeShareConsumer's ``lock_overruns``, its WARNINGs and its telemetry).
+What no client-visible API gives is said, not guessed: the number of records in flight (the
+broker's metrics only), and archived records before the watch (the state log keeps only what lies
+past the group's start). Whether a record given back was released or its lock ran out the log does not
+say; lock overruns are seen by the members (SafeShareConsumer's ``lock_overruns``, its WARNINGs and
+its telemetry).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from ..share._batch import RELEASE_AT
 from ..share._group import DEFAULT_DELIVERY_LIMIT, DEFAULT_LOCK_MS, read_settings, watermarks
 from ._findings import Finding
 from ._share_look import ShareGroup, describe_share_group
+from ._share_state import StateWatch
 from ._wire import WireError
 
 #: librdkafka's default ``max.poll.records`` for a share consumer.
@@ -111,21 +116,44 @@ def share_section(
 
 def observe_share(
     conf: dict[str, Any], bootstrap_servers: str, group: str, seconds: float, timeout: float
-) -> tuple[list[ShareGroup], float]:
-    """Describe the share group every half second for ``seconds``: the snapshots, and the seconds
-    actually watched (a describe that failed says nothing and is left out)."""
+) -> tuple[list[ShareGroup], dict[str, Any]]:
+    """Describe the share group every half second for ``seconds``, and read the share-group state
+    log meanwhile (:mod:`._share_state`): the snapshots (a describe that failed says nothing and
+    is left out), and what the log showed (``{"error": why}`` if it could not be read)."""
     snapshots: list[ShareGroup] = []
-    began = time.monotonic()
-    deadline = began + seconds
-    while True:
-        with contextlib.suppress(WireError):
-            described = describe_share_group(conf, bootstrap_servers, group, min(timeout, 5.0))
-            if described is not None:
-                snapshots.append(described)
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-    return snapshots, time.monotonic() - began
+    watch: StateWatch | None = None
+    log: dict[str, Any] = {}
+    try:
+        watch = StateWatch({**conf, "bootstrap.servers": bootstrap_servers}, group, timeout)
+    except WireError as exc:
+        log = {"error": str(exc)}
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            with contextlib.suppress(WireError):
+                described = describe_share_group(conf, bootstrap_servers, group, min(timeout, 5.0))
+                if described is not None:
+                    snapshots.append(described)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            wait = min(0.5, remaining)
+            if watch is None:
+                time.sleep(wait)
+                continue
+            try:
+                watch.read(snapshots[-1].topic_ids if snapshots else {}, wait)
+            except WireError as exc:
+                log = {"error": str(exc)}
+                watch.close()
+                watch = None
+        if watch is not None:
+            watch.read(snapshots[-1].topic_ids if snapshots else {}, 0.5)  # the last writes of the window
+            log = watch.seen.to_json()
+    finally:
+        if watch is not None:
+            watch.close()
+    return snapshots, log
 
 
 def progress(snapshots: list[ShareGroup]) -> list[dict[str, Any]]:
@@ -235,6 +263,27 @@ def share_findings(
                         },
                     )
                 )
+    log = (observed or {}).get("state_log") or {}
+    if log.get("archived"):
+        limit = share["delivery_count_limit"]
+        at_limit = sum(n for count, n in log["archived_by_delivery_count"].items() if int(count) >= limit)
+        where = "; ".join(
+            f"{tp} at {', '.join(f'{a}' if a == b else f'{a}-{b}' for a, b in ranges)}"
+            for tp, ranges in sorted(log["archived_offsets"].items())
+        )
+        out.append(
+            Finding(
+                "share_archived",
+                "warning",
+                f"{log['archived']} record(s) were archived while watched ({where}): {at_limit} had reached the "
+                f"group's delivery count limit of {limit}, {log['archived'] - at_limit} were rejected by a member; "
+                "the broker never delivers them again and keeps no copy",
+                "Find why they fail. SafeShareConsumer with poison=DeadLetter(topic) writes such a record to the "
+                "dead-letter topic before rejecting it, and before its last delivery; safeconsumer dead-letters "
+                "lists the copies. Records rejected after a dead-letter copy are expected here.",
+                {"archived": log["archived"], "at_limit": at_limit, "offsets": log["archived_offsets"]},
+            )
+        )
     stuck = _waiting(share, observed.get("no_progress") or []) if observed is not None else []
     if observed is not None and observed.get("seconds", 0) >= lock_s and stuck and members:
         where = ", ".join(

@@ -61,6 +61,8 @@ class ShareGroup:
     coordinator: dict[str, Any]
     members: list[ShareMember]
     partitions: list[SharePartition] = field(default_factory=list)
+    #: Topic names by topic id (the share-group state log names topics by id).
+    topic_ids: dict[bytes, str] = field(default_factory=dict, repr=False)
 
 
 def describe_share_group(conf: dict[str, Any], bootstrap_servers: str, group: str, timeout: float) -> ShareGroup | None:
@@ -74,7 +76,7 @@ def describe_share_group(conf: dict[str, Any], bootstrap_servers: str, group: st
             described = _describe(coordinator, group)
             if described is None:
                 return None
-            described.partitions = _offsets(coordinator, group)
+            described.partitions = _offsets(coordinator, group, described.topic_ids)
             return described
         finally:
             if coordinator is not first:
@@ -105,7 +107,8 @@ def _group(r: Reader, conn: Connection) -> tuple[int, str | None, ShareGroup]:
     epoch = r.int32()
     r.int32()  # assignment epoch
     assignor = r.compact_str()
-    members = r.compact_array(_member)
+    ids: dict[bytes, str] = {}
+    members = r.compact_array(lambda x: _member(x, ids))
     r.int32()  # authorized operations
     r.skip_tags()
     host, _, port = conn.address.rpartition(":")
@@ -114,17 +117,24 @@ def _group(r: Reader, conn: Connection) -> tuple[int, str | None, ShareGroup]:
         code,
         message,
         ShareGroup(
-            group_id, state.lower(), epoch, assignor, {"id": conn.node_id, "host": host, "port": int(port)}, members
+            group_id,
+            state.lower(),
+            epoch,
+            assignor,
+            {"id": conn.node_id, "host": host, "port": int(port)},
+            members,
+            topic_ids=ids,
         ),
     )
 
 
-def _member(r: Reader) -> ShareMember:
+def _member(r: Reader, ids: dict[bytes, str]) -> ShareMember:
     member_id, rack, epoch = r.compact_str(), r.compact_string(), r.int32()
     client_id, host = r.compact_str(), r.compact_str()
     subscribed = r.compact_array(Reader.compact_str)
     assignment: dict[str, list[int]] = {}
-    for topic, partitions in r.compact_array(_topic_partitions):
+    for topic_id, topic, partitions in r.compact_array(_topic_partitions):
+        ids[topic_id] = topic
         assignment.setdefault(topic, []).extend(partitions)
     r.skip_tags()  # the Assignment struct's
     r.skip_tags()
@@ -139,15 +149,15 @@ def _member(r: Reader) -> ShareMember:
     )
 
 
-def _topic_partitions(r: Reader) -> tuple[str, list[int]]:
-    r.uuid()
+def _topic_partitions(r: Reader) -> tuple[bytes, str, list[int]]:
+    topic_id = r.uuid()
     topic = r.compact_str()
     partitions = r.compact_array(Reader.int32)
     r.skip_tags()
-    return topic, partitions
+    return topic_id, topic, partitions
 
 
-def _offsets(conn: Connection, group: str) -> list[SharePartition]:
+def _offsets(conn: Connection, group: str, ids: dict[bytes, str]) -> list[SharePartition]:
     try:
         version = conn.version(DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1)
     except Unsupported:
@@ -174,7 +184,7 @@ def _offsets(conn: Connection, group: str) -> list[SharePartition]:
 
     def topic(x: Reader) -> None:
         name = x.compact_str()
-        x.uuid()
+        ids[x.uuid()] = name
         x.compact_array(lambda y: partition(y, name))
         x.skip_tags()
 

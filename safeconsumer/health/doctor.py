@@ -332,10 +332,10 @@ def _diagnose_share(
 ) -> Report:
     """The report on a share group (see :mod:`._share_check`)."""
     if observe > 0:
-        snapshots, _watched = observe_share(conf, report.bootstrap_servers, report.group, observe, timeout)
+        snapshots, log = observe_share(conf, report.bootstrap_servers, report.group, observe, timeout)
         described = snapshots[-1] if snapshots else described
         changes = membership_changes([_share_member_reports(s) for s in snapshots])
-        report.observed = {"seconds": observe, **changes, "no_progress": progress(snapshots)}
+        report.observed = {"seconds": observe, **changes, "no_progress": progress(snapshots), "state_log": log}
     report.members = _share_member_reports(described)
     report.state, report.assignor, report.coordinator = described.state, described.assignor, described.coordinator
     settings = _broker_settings(admin, described.coordinator.get("id"), timeout)
@@ -637,6 +637,14 @@ def render(report: Report) -> str:
             f"observed     {seen['membership_changes']} membership change(s), {seen['restarts']} restart(s) "
             f"in {seen['seconds']:g} s"
         )
+        log = seen.get("state_log")
+        if log is not None:
+            lines.append(
+                f"             state log: {log['error']}"
+                if "error" in log
+                else f"             state log: {log['archived']} record(s) archived, {log['given_back']} given back "
+                "for redelivery (released or lock expired)"
+            )
     lines.append("")
     rows = [("member id", "client id", "host", "instance id", "partitions")]
     for m in report.members:

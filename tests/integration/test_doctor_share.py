@@ -326,3 +326,57 @@ def test_a_share_group_at_the_broker_s_size_limit_is_found(full_group_kafka: Kaf
     finally:
         for c in members:
             c.close()
+
+
+def test_records_archived_and_given_back_while_watched_are_read_from_the_state_log(kafka: KafkaTestKit) -> None:
+    """A member releases every record it gets; at the group's limit of 2 deliveries the broker
+    archives each. Records keep arriving while the doctor watches, so what happens in its window is
+    read from the share-group state log: records given back, records archived at the limit."""
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(
+        kafka,
+        group,
+        share_auto_offset_reset="earliest",
+        share_delivery_count_limit="2",
+        share_record_lock_duration_ms="15000",
+    )
+    member = ShareConsumer(_conf(kafka, group, "refusing-worker", "explicit"))
+    produced = [0]
+    calls = [0]
+
+    def refuse_everything() -> None:
+        calls[0] += 1
+        if calls[0] % 6 == 0:  # a new record about every 0.3 s
+            kafka.produce(topic, 1, partitions=1, start=produced[0])
+            produced[0] += 1
+        for m in member.poll(0.1):
+            if m.error() is None:
+                member.acknowledge(m, AcknowledgeType.RELEASE)
+        member.commit_sync()
+
+    try:
+        member.subscribe([topic])
+
+        def exists() -> bool:
+            refuse_everything()
+            return describe_share_group(kafka.client_config, kafka.bootstrap_servers, group, 10) is not None
+
+        wait_until(exists, timeout=30, what="the share group to exist")
+        done = _doctor(
+            ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json", "--observe", "5"],
+            refuse_everything,
+        )
+        report = json.loads(done.stdout)
+        log = report["observed"]["state_log"]
+        assert done.returncode == 1, (log, done.stderr)
+        assert log["archived"] >= 1 and log["given_back"] >= 1 and log["unreadable"] == 0, log
+        assert set(log["archived_by_delivery_count"]) == {"2"}, log  # each archived at the limit
+        assert list(log["archived_offsets"]) == [f"{topic} [0]"]
+        (finding,) = [f for f in report["findings"] if f["code"] == "share_archived"]
+        assert finding["details"]["at_limit"] == log["archived"]
+        text = _doctor(
+            ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--observe", "2"], refuse_everything
+        )
+        assert "state log:" in text.stdout and "archived" in text.stdout, text.stdout
+    finally:
+        member.close()

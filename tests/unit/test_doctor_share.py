@@ -10,6 +10,7 @@ import pytest
 
 from safeconsumer.health._share_check import progress, render_share, share_findings
 from safeconsumer.health._share_look import ShareGroup, SharePartition
+from safeconsumer.health._share_state import parse_update
 from safeconsumer.health._wire import Reader, Scram, Settings, Unsupported, WireError, Writer
 from safeconsumer.health.dead_letters import DeadRecord, _mark_processed, _render
 
@@ -201,3 +202,42 @@ def test_a_last_delivery_copy_may_be_processed_unless_a_failure_copy_of_the_reco
     text = _render("dlt", [v for v, _ in marked], 0)
     assert "3 record(s), 1 of them copied at their last delivery and may also have been processed" in text
     assert text.count("(may also have been processed)") == 1
+
+
+# Records the Kafka 4.3.1 test broker wrote to __share_group_state for group "exp-g" (one partition):
+# offsets 0-1 accepted and 2-5 released; then 2-3 released again at the limit of 2 and 4-5 accepted.
+_KEY_HEX = "000100056578702d6753a1b29e60f24fe19cf58aadedb4a1c100000000"
+_UPDATES_HEX = (
+    "000000000000000000000000000000000000030000000000000000000000000000000102000100000000000000000200000000000000050000010001000400000002",
+    "000000000000000000000000000000000002030000000000000002000000000000000304000200000000000000000400000000000000050200020001000400000004",
+)
+
+
+def test_state_log_updates_are_read_as_the_broker_writes_them() -> None:
+    key = bytes.fromhex(_KEY_HEX)
+    first, second = (parse_update(key, bytes.fromhex(v), "exp-g") for v in _UPDATES_HEX)
+    assert first is not None and second is not None
+    assert first[1] == 0 and first[2] == [(0, 1, 2, 1), (2, 5, 0, 1)]  # accepted; given back
+    assert second[2] == [(2, 3, 4, 2), (4, 5, 2, 2)]  # archived at delivery 2; accepted
+    assert parse_update(key, bytes.fromhex(_UPDATES_HEX[0]), "another-group") is None
+    snapshot_key = b"\x00\x00" + key[2:]
+    assert parse_update(snapshot_key, b"", "exp-g") is None
+    with pytest.raises(WireError, match="unknown version"):
+        parse_update(key, b"\x00\x07" + bytes.fromhex(_UPDATES_HEX[0])[2:], "exp-g")
+
+
+def test_records_archived_while_watched_are_found_with_how_many_reached_the_limit() -> None:
+    log = {
+        "archived": 3,
+        "archived_by_delivery_count": {"1": 1, "5": 2},
+        "archived_offsets": {"t [0]": [[4, 4], [7, 8]]},
+        "given_back": 4,
+    }
+    (finding,) = share_findings("g", 1, _share(), {"seconds": 3.0, "no_progress": [], "state_log": log})
+    assert finding.code == "share_archived" and finding.details["at_limit"] == 2
+    assert (
+        "t [0] at 4, 7-8" in finding.message
+        and "2 had reached" in finding.message
+        and "1 were rejected" in finding.message
+    )
+    assert _codes(_share(), {"seconds": 3.0, "no_progress": [], "state_log": {"error": "no access"}}) == []
