@@ -124,11 +124,24 @@ class Batch:
         return [m for m in self.records if id(m) not in settled and (m.error() is None or is_record(m))]
 
 
+def taken_records(messages: Messages) -> list[Message]:
+    """The list of records ``messages`` holds, taken over without a copy: upstream's ``poll()`` builds
+    a new ``Messages`` around a list of its own each call (``Messages._from_list``), and the caller
+    drops ``messages``. ``records()`` (a copy) when that list is not there."""
+    records = getattr(messages, "_records", None)
+    return records if type(records) is list else messages.records()
+
+
 class SafeMessages(Messages):
-    """Upstream's ``Messages``, whose iterator walks :attr:`Batch.live` (see the module)."""
+    """Upstream's ``Messages``, whose iterator walks :attr:`Batch.live` (see the module). A slice
+    (upstream's ``_from_list``) is a list of its own: its iterator walks it whole."""
+
+    _batch: Batch | None = None
 
     def __init__(self, records: list[Message], batch: Batch | None) -> None:
-        super().__init__(records)
+        # ``records`` is adopted, not copied (as upstream's ``Messages._from_list`` does): it is
+        # :attr:`Batch.records`, which nothing changes once the batch is handed out.
+        self._records = records
         self._batch = batch
 
     def __iter__(self) -> Iterator[Message]:
@@ -147,11 +160,14 @@ class Watch:
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, weakref.ref[Batch]]] = []
         self._counter = itertools.count()
-        self._cond = threading.Condition()
+        #: A plain lock under the condition: ``with self._lock`` is entered in C (a Condition's own
+        #: ``__enter__``/``__exit__`` are Python calls, two per batch).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
 
     def watch(self, batch: Batch) -> None:
-        with self._cond:
+        with self._lock:
             heapq.heappush(self._heap, (batch.release_at, next(self._counter), weakref.ref(batch)))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="safeconsumer-share-watch", daemon=True)
@@ -161,7 +177,7 @@ class Watch:
 
     def _run(self) -> None:
         while True:
-            with self._cond:
+            with self._lock:
                 while not self._heap or self._heap[0][0] > time.monotonic():
                     self._cond.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
                 _, _, ref = heapq.heappop(self._heap)

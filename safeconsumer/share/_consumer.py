@@ -59,6 +59,7 @@ from typing import Any, TypeVar, cast
 from confluent_kafka import (
     AcknowledgeType,
     ConcurrentModificationException,
+    IllegalStateException,
     KafkaError,
     KafkaException,
     Message,
@@ -78,7 +79,7 @@ from .._errors import (
 from ..consumer._lifecycle import FatalPolicy, exit_process
 from ..health._explainer import HELPER_LOG, admin_config
 from ..poison._policy import DeadLetter, DeadLetterWriter, PoisonHandler, check_policy
-from ._batch import RELEASE_AT, WATCH, Batch, SafeMessages, is_record
+from ._batch import RELEASE_AT, WATCH, Batch, SafeMessages, is_record, taken_records
 from ._group import STARTS, GroupSettings, Start, group_exists, read_settings, records_held, set_start
 from ._overruns import Overruns
 from ._pause import PauseMarks
@@ -229,9 +230,12 @@ class SafeShareConsumer(ShareConsumer):
                 process=weakref.WeakMethod(self._process_span),
             ),
         )
+        #: Implicit mode: what the watch calls after it cut a batch (one for every batch; weak, as above).
+        self._on_cut: Callable[[Batch], object] | None = None
         if self._implicit:  # weakly bound: no reference cycle keeps a dropped consumer (S8)
             self.acknowledge = _weak_method(me, "_implicit_acknowledge")  # type: ignore[method-assign]
             self.acknowledge_offset = _weak_method(me, "_implicit_acknowledge_offset")  # type: ignore[method-assign]
+            self._on_cut = lambda cut: _call(me, "_flush_from_watch", cut)
         _say_preview()
 
     # -- the group's settings ---------------------------------------------------------------
@@ -397,7 +401,7 @@ class SafeShareConsumer(ShareConsumer):
                         super().commit_sync(10.0)  # what the application was handed, settled before the change
                     self._batch = None
                 self._subscribe_effective()
-            if self._wanted and not self._effective():
+            if self._wanted and self._paused and not self._effective():
                 return self._paused_poll(*args, **kwargs)
         try:
             messages = super().poll(*args, **kwargs)
@@ -406,7 +410,7 @@ class SafeShareConsumer(ShareConsumer):
             self._maybe_fatal(error)
             self._maybe_left(error)
             raise
-        records = messages.records()
+        records = taken_records(messages)  # upstream's new list, not copied: ``messages`` is not handed out
         if not records:
             self._batch = None
             return messages
@@ -421,9 +425,8 @@ class SafeShareConsumer(ShareConsumer):
                 raise
             if not batch.records:
                 return SafeMessages([], None)
-        if self._implicit:  # the application does not call the consumer while it works: the watch may release
-            me = weakref.ref(self)
-            batch.on_cut = lambda cut: _call(me, "_flush_from_watch", cut)
+        # Implicit mode: the application does not call the consumer while it works, the watch may release.
+        batch.on_cut = self._on_cut
         WATCH.watch(batch)
         self._maybe_refresh(batch.at)
         if "opentelemetry" in sys.modules:  # the delivery-count histogram costs a call per record
@@ -711,7 +714,7 @@ class SafeShareConsumer(ShareConsumer):
         if not records:
             return
         for message in records:
-            with contextlib.suppress(KafkaException):
+            with contextlib.suppress(*_NOT_IN_FLIGHT):
                 super().acknowledge(message, AcknowledgeType.RELEASE)
         batch.settled.update(map(id, records))
         self._telemetry.acknowledged("release", len(records))
@@ -765,7 +768,8 @@ class SafeShareConsumer(ShareConsumer):
         batch = self._batch
         if batch is None:
             return
-        self._flush_pending(batch)
+        if batch.pending:
+            self._flush_pending(batch)
         if accept:
             records = batch.unsettled()
             self._accept_all(records)
@@ -785,15 +789,15 @@ class SafeShareConsumer(ShareConsumer):
 
     def _accept_all(self, records: list[Message]) -> None:
         """ACCEPT each record (implicit mode, the application came back). librdkafka takes one call
-        per record; the calls run in C (``map``), not in a Python loop."""
-        n = len(records)
+        per record; the calls run in C (``map``), not in a Python loop, with upstream's default
+        ``ack_type`` (ACCEPT: no type argument to convert per record)."""
         acknowledge = ShareConsumer.acknowledge
-        accepted = cast(AcknowledgeType, _ACCEPT)
         try:
-            collections.deque(map(acknowledge, itertools.repeat(self, n), records, itertools.repeat(accepted, n)), 0)
-        except KafkaException:  # a record no longer in flight (librdkafka acknowledged it): one by one
+            collections.deque(map(acknowledge, itertools.repeat(self, len(records)), records), 0)
+        except _NOT_IN_FLIGHT:  # a record no longer in flight (librdkafka acknowledged it): one by one
+            accepted = cast(AcknowledgeType, _ACCEPT)
             for message in records:
-                with contextlib.suppress(KafkaException):
+                with contextlib.suppress(*_NOT_IN_FLIGHT):
                     acknowledge(self, message, accepted)
 
     def _release_at_close(self) -> None:
@@ -887,6 +891,11 @@ class SafeShareConsumer(ShareConsumer):
                     exc,
                 )
 
+
+#: What upstream's acknowledge() raises for a record no longer in flight: IllegalStateException (a
+#: RuntimeError, "Local: Erroneous state") once its acknowledgement was sent, as measured;
+#: KafkaException as its docstring allows.
+_NOT_IN_FLIGHT = (IllegalStateException, KafkaException)
 
 #: ACCEPT as the int upstream's acknowledge() takes (no enum conversion per record).
 _ACCEPT = int(AcknowledgeType.ACCEPT)

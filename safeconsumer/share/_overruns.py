@@ -58,10 +58,11 @@ class Overruns:
 
     def say(self, lock_seconds: float) -> None:
         """One WARNING for the late acknowledgements not said yet."""
+        if not self._unsaid:  # the usual call (every poll()): nothing to say, nothing allocated
+            self._unsaid_held = 0.0
+            return
         unsaid, self._unsaid = self._unsaid, {}
         held, self._unsaid_held = self._unsaid_held, 0.0
-        if not unsaid:
-            return
         named = ", ".join(
             f"{topic} [{partition}] @ {min(offsets)}" + (f"..{max(offsets)}" if len(offsets) > 1 else "")
             for (topic, partition), offsets in sorted(unsaid.items())

@@ -58,3 +58,13 @@ def test_a_cut_takes_what_no_iterator_reached_except_handled_records() -> None:
     assert list(it) == []
     assert batch.take_pending() == [records[2], records[4]]
     assert batch.is_settled(records[2]) and not batch.is_settled(records[3])
+
+
+def test_a_batch_adopts_its_list_and_a_slice_iterates_on_its_own() -> None:
+    records = _records(5)
+    batch = Batch(records, 30.0)
+    messages = SafeMessages(records, batch)
+    assert len(messages) == 5 and messages.records() == records and messages[2] is records[2]
+    part = messages[1:3]  # upstream's slice: a Messages of the same class around a new list
+    assert isinstance(part, SafeMessages) and len(part) == 2
+    assert list(part) == records[1:3]
