@@ -8,8 +8,9 @@ the broker's where the group has none); each partition's start and end from ``li
 Findings (pure, :func:`share_findings`):
 
 - ``share_start_latest``: the group starts at ``latest`` because nobody chose otherwise (the broker's
-  default), and its topics hold records before where it stands: a member's first fetch of a
-  partition skips everything already there, silently;
+  default), and partitions where it has no start yet hold records: a member's first fetch there
+  skips everything already there, silently (where the group has a start, what lies before it was
+  processed or skipped: the broker does not say which, and the doctor does not guess);
 - ``lock_too_short`` (with ``--processing-time``): one record takes as long as the group's lock or
   longer: the broker hands it to another member while it is processed (done twice), and archives it
   after ``share.delivery.count.limit`` such deliveries;
@@ -18,19 +19,21 @@ Findings (pure, :func:`share_findings`):
   it back unprocessed, and each delivery counts toward the limit);
 - ``share_archived`` (with ``--observe``): the share-group state log (:mod:`._share_state`) showed
   records archived while watched, past the delivery count limit or rejected: never delivered again;
-- ``share_no_progress`` (with ``--observe`` at least as long as the lock): a partition with records
-  to deliver whose start did not move while watched, longer than the lock: records are redelivered
+- ``share_no_progress`` (with ``--observe`` of at least :data:`NO_PROGRESS_LOCKS` locks): an assigned
+  partition with records to deliver whose start did not move while watched: records are redelivered
   (work past the lock, or a record failing again and again toward its archive).
 
 What no client-visible API gives is said, not guessed: the number of records in flight (the
 broker's metrics only), and archived records before the watch (the state log keeps only what lies
-past the group's start). Whether a record given back was released or its lock ran out the log does not
+past the group's start); the state log's counts are lower bounds (a change the coordinator writes
+as a full snapshot is not counted). Whether a record given back was released or its lock ran out the log does not
 say; lock overruns are seen by the members (SafeShareConsumer's ``lock_overruns``, its WARNINGs and
 its telemetry).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import time
 from collections.abc import Mapping
@@ -49,8 +52,15 @@ from ._wire import WireError
 #: librdkafka's default ``max.poll.records`` for a share consumer.
 DEFAULT_MAX_POLL_RECORDS = 500
 
-#: The broker setting that caps a group's lock duration.
+#: The broker settings that cap a group's lock duration, and give a group without its own settings
+#: its lock and delivery count limit.
 MAX_LOCK = "group.share.max.record.lock.duration.ms"
+BROKER_LOCK = "group.share.record.lock.duration.ms"
+BROKER_LIMIT = "group.share.delivery.count.limit"
+
+#: How many of the group's locks ``--observe`` must cover before a start that did not move is a
+#: finding (the broker writes a new start at the write after the acknowledgements that allow it).
+NO_PROGRESS_LOCKS = 2
 
 
 def share_section(
@@ -64,27 +74,32 @@ def share_section(
 ) -> dict[str, Any]:
     """The report's ``share`` object: the group's settings and where it stands on each partition."""
     group = described.group
+    brokers = broker_settings or {}
     try:
         settings = read_settings(admin, group, timeout)
         start, start_set = settings.auto_offset_reset, settings.reset_is_the_groups
         lock_ms, limit = settings.lock_ms, settings.delivery_limit
         readable = True
-    except KafkaException:
-        start, start_set, lock_ms, limit, readable = "latest", False, DEFAULT_LOCK_MS, DEFAULT_DELIVERY_LIMIT, False
+    except (KafkaException, concurrent.futures.TimeoutError):
+        # The group's own settings unreadable: the coordinator's defaults for every group, if read.
+        start, start_set, readable = "latest", False, False
+        lock_ms = _number(brokers.get(BROKER_LOCK)) or DEFAULT_LOCK_MS
+        limit = _number(brokers.get(BROKER_LIMIT)) or DEFAULT_DELIVERY_LIMIT
     topics = sorted({t for m in described.members for t in m.subscribed} | {p.topic for p in described.partitions})
     low: dict[tuple[str, int], int] = {}
     high: dict[tuple[str, int], int] = {}
-    with contextlib.suppress(KafkaException):
+    with contextlib.suppress(KafkaException, concurrent.futures.TimeoutError):
         low, high = watermarks(admin, topics, timeout)
     stands = {(p.topic, p.partition): p for p in described.partitions}
     rows: list[dict[str, Any]] = []
     for key in sorted(set(high) | set(stands)):
         there = stands.get(key)
-        offset = there.start_offset if there is not None and there.start_offset >= 0 else None
+        error = there.error if there is not None and there.error else None
+        offset = there.start_offset if there is not None and there.start_offset >= 0 and not error else None
         begin, end = low.get(key), high.get(key)
-        before: int | None = None
-        if begin is not None and end is not None:
-            before = max(0, (offset if offset is not None else end) - begin)
+        unstarted: int | None = None  # what a first fetch at latest skips: known only with no start
+        if offset is None and error is None and begin is not None and end is not None:
+            unstarted = max(0, end - begin)
         rows.append(
             {
                 "topic": key[0],
@@ -92,26 +107,31 @@ def share_section(
                 "log_start": begin,
                 "log_end": end,
                 "start_offset": offset,
-                "lag": None if there is None else there.lag,
-                "before_start": before,
+                "lag": None if there is None or error else there.lag,
+                "unstarted_records": unstarted,
+                "error": error,
             }
         )
-    max_lock = (broker_settings or {}).get(MAX_LOCK)
     return {
         "epoch": described.epoch,
         "settings_readable": readable,
         "start": start,
         "start_set_on_group": start_set,
         "lock_ms": lock_ms,
-        "max_lock_ms": int(max_lock) if max_lock and max_lock.lstrip("-").isdigit() else None,
+        "max_lock_ms": _number(brokers.get(MAX_LOCK)),
         "delivery_count_limit": limit,
-        "max_poll_records": int(config.get("max.poll.records", DEFAULT_MAX_POLL_RECORDS)),
+        "max_poll_records": _number(config.get("max.poll.records")) or DEFAULT_MAX_POLL_RECORDS,
         "processing_time": processing_time,
         "lag": sum(r["lag"] or 0 for r in rows) if any(r["lag"] is not None for r in rows) else None,
         "partitions": rows,
         "in_flight": None,  # not told to clients (the broker's metrics only)
         "archived": None,
     }
+
+
+def _number(value: object) -> int | None:
+    text = str(value).strip() if value is not None else ""
+    return int(text) if text.lstrip("-").isdigit() else None
 
 
 def observe_share(
@@ -148,8 +168,11 @@ def observe_share(
                 watch.close()
                 watch = None
         if watch is not None:
-            watch.read(snapshots[-1].topic_ids if snapshots else {}, 0.5)  # the last writes of the window
-            log = watch.seen.to_json()
+            try:
+                watch.read(snapshots[-1].topic_ids if snapshots else {}, 0.5)  # the last writes of the window
+                log = watch.seen.to_json()
+            except WireError as exc:
+                log = {"error": str(exc)}
     finally:
         if watch is not None:
             watch.close()
@@ -163,7 +186,10 @@ def progress(snapshots: list[ShareGroup]) -> list[dict[str, Any]]:
     if len(snapshots) < 2:
         return []
     still: list[dict[str, Any]] = []
-    for key in sorted({(p.topic, p.partition) for p in snapshots[0].partitions}):
+    # Partitions a member is assigned now: one nobody consumes any more keeps its lag, and says nothing.
+    assigned = {(t, p) for m in snapshots[-1].members for t, ps in m.assignment.items() for p in ps}
+    known = {(p.topic, p.partition) for p in snapshots[0].partitions if not p.error}
+    for key in sorted(known & assigned):
         seen = [{(q.topic, q.partition): q for q in s.partitions}.get(key) for s in snapshots]
         # A start first told (the broker writes the group's state at its first acknowledgement or
         # lock expiry) is not a move; one that changed after is.
@@ -197,8 +223,8 @@ def share_findings(
     out: list[Finding] = []
     lock_s = share["lock_ms"] / 1000
     if share["start"] == "latest" and not share["start_set_on_group"] and share["settings_readable"]:
-        before = [r for r in share["partitions"] if r["before_start"]]
-        total = sum(r["before_start"] for r in before)
+        before = [r for r in share["partitions"] if r["unstarted_records"]]
+        total = sum(r["unstarted_records"] for r in before)
         if total:
             topics = sorted({r["topic"] for r in before})
             out.append(
@@ -206,15 +232,16 @@ def share_findings(
                     "share_start_latest",
                     "warning",
                     f"share group {group!r} starts at latest (share.auto.offset.reset is the broker's default, not "
-                    f"set on the group): {total} record(s) of {', '.join(topics)} lie before where it stands; a "
-                    "member's first fetch of a partition skips what is already there, and nothing says so",
+                    f"set on the group), and has no start yet on {len(before)} partition(s) of {', '.join(topics)} "
+                    f"holding {total} record(s): a member's first fetch there skips what is already there (all "
+                    "of it, if it was there when the group began), and nothing says so",
                     "If the group must process what its topics hold, start it at earliest while it has no state "
                     "(SafeShareConsumer(start='earliest'), or kafka-share-groups.sh --reset-offsets --to-earliest "
                     "with no member running). If latest is meant, set share.auto.offset.reset=latest on the group "
                     "(kafka-configs.sh --entity-type groups) so that the choice is written down.",
                     {
-                        "records_before_start": total,
-                        "partitions": [{k: r[k] for k in ("topic", "partition", "before_start")} for r in before],
+                        "unstarted_records": total,
+                        "partitions": [{k: r[k] for k in ("topic", "partition", "unstarted_records")} for r in before],
                     },
                 )
             )
@@ -285,7 +312,7 @@ def share_findings(
             )
         )
     stuck = _waiting(share, observed.get("no_progress") or []) if observed is not None else []
-    if observed is not None and observed.get("seconds", 0) >= lock_s and stuck and members:
+    if observed is not None and observed.get("seconds", 0) >= NO_PROGRESS_LOCKS * lock_s and stuck and members:
         where = ", ".join(
             f"{r['topic']} [{r['partition']}] "
             + (f"at {r['start_offset']}" if r["start_offset"] is not None else "(nothing acknowledged there yet)")
@@ -295,7 +322,8 @@ def share_findings(
             Finding(
                 "share_no_progress",
                 "warning",
-                f"watched for {observed['seconds']:g} s (longer than the {lock_s:g} s lock), the group's start "
+                f"watched for {observed['seconds']:g} s (at least {NO_PROGRESS_LOCKS} x the {lock_s:g} s lock), the "
+                "group's start "
                 f"did not move on {where} while records there wait: records are delivered again and again (work "
                 "that outlives its lock, or a record failing each time until the broker archives it after "
                 f"{share['delivery_count_limit']} deliveries, with no copy)",
@@ -321,7 +349,7 @@ def render_share(share: Mapping[str, Any]) -> list[str]:
     ]
     if share.get("processing_time") is not None:
         lines.append(f"processing   up to {share['processing_time']:g} s per record (--processing-time)")
-    rows = [("topic", "partition", "log start", "group start", "log end", "lag", "before start")]
+    rows = [("topic", "partition", "log start", "group start", "log end", "lag", "no start, holds")]
 
     def text(value: Any) -> str:
         return "-" if value is None else str(value)
@@ -334,8 +362,8 @@ def render_share(share: Mapping[str, Any]) -> list[str]:
                 text(r["log_start"]),
                 text(r["start_offset"]),
                 text(r["log_end"]),
-                text(r["lag"]),
-                text(r["before_start"]),
+                text(r["lag"]) if r["error"] is None else f"unreadable (error {r['error']})",
+                text(r["unstarted_records"]),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

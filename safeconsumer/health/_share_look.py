@@ -10,6 +10,7 @@ a member's first fetch of it starts it at the group's ``share.auto.offset.reset`
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from ._wire import (
     GROUP_AUTHORIZATION_FAILED,
     GROUP_ID_NOT_FOUND,
     NONE,
+    RETRIABLE,
     Connection,
     KafkaProtocolError,
     Reader,
@@ -44,12 +46,14 @@ class ShareMember:
 
 @dataclass
 class SharePartition:
-    """Where the group stands on one partition (``start_offset`` -1: the broker has none)."""
+    """Where the group stands on one partition (``start_offset`` -1: the broker has none;
+    ``error``: the broker's error code for this partition, 0 if none: then nothing is known)."""
 
     topic: str
     partition: int
     start_offset: int
     lag: int | None
+    error: int = 0
 
 
 @dataclass
@@ -70,17 +74,23 @@ def describe_share_group(conf: dict[str, Any], bootstrap_servers: str, group: st
     (another kind of group, or none). Raises :class:`WireError` (:class:`Unsupported` where the
     connection settings or the broker's versions are out of this client's reach)."""
     settings = Settings.from_config(conf)
+    deadline = time.monotonic() + timeout
     with bootstrap(bootstrap_servers, settings, timeout) as first:
-        coordinator = find_coordinator(first, group, settings, timeout)
-        try:
-            described = _describe(coordinator, group)
-            if described is None:
-                return None
-            described.partitions = _offsets(coordinator, group, described.topic_ids)
-            return described
-        finally:
-            if coordinator is not first:
-                coordinator.close()
+        while True:
+            coordinator = find_coordinator(first, group, settings, max(1.0, deadline - time.monotonic()))
+            try:
+                described = _describe(coordinator, group)
+                if described is not None:
+                    described.partitions = _offsets(coordinator, group, described.topic_ids)
+                return described
+            except KafkaProtocolError as exc:
+                # The coordinator moved or is loading (a broker restarted): asked again where it is now.
+                if exc.code not in RETRIABLE or time.monotonic() > deadline:
+                    raise
+            finally:
+                if coordinator is not first:
+                    coordinator.close()
+            time.sleep(0.2)
 
 
 def _describe(conn: Connection, group: str) -> ShareGroup | None:
@@ -181,6 +191,8 @@ def _offsets(conn: Connection, group: str, ids: dict[bytes, str]) -> list[ShareP
         x.skip_tags()
         if code == NONE:
             out.append(SharePartition(topic, index, start, None if lag < 0 else lag))
+        else:  # not readable (an ACL, ...): unknown, never taken for "no state"
+            out.append(SharePartition(topic, index, -1, None, code))
 
     def topic(x: Reader) -> None:
         name = x.compact_str()

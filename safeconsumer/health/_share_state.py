@@ -10,6 +10,10 @@ delivery count. Read from the topic's end while ``--observe`` watches, those upd
 - records **given back for redelivery** (state AVAILABLE with a delivery count): released by a
   member, or whose acquisition lock ran out (the log does not say which).
 
+Both are lower bounds: now and then the coordinator writes a full snapshot instead of an update
+(``share.coordinator.snapshot.update.records.per.snapshot``), and the changes it carries are not
+told apart from the state before; snapshots seen are counted.
+
 Records in flight are not in the log (an acquisition is not written). The log's format is the
 broker's own (record type 0 snapshot, 1 update, value version 0, as Kafka 4.x writes it); a record
 of another shape is counted as unreadable, never guessed at. Reading it needs Read on the internal
@@ -26,7 +30,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from ._explainer import HELPER_LOG
+from ._explainer import HELPER_LOG, admin_config
 from ._wire import Reader, WireError
 
 STATE_TOPIC = "__share_group_state"
@@ -40,6 +44,8 @@ class StateSeen:
     """What the updates written while watched say, for one group."""
 
     updates: int = 0
+    #: Full snapshots written meanwhile: the changes they carry are not counted (counts are lower bounds).
+    snapshots: int = 0
     archived: int = 0
     #: Archived records by their delivery count when archived.
     archived_by_count: dict[int, int] = field(default_factory=dict)
@@ -52,6 +58,7 @@ class StateSeen:
     def to_json(self) -> dict[str, Any]:
         return {
             "updates": self.updates,
+            "snapshots": self.snapshots,
             "archived": self.archived,
             "archived_by_delivery_count": {str(k): v for k, v in sorted(self.archived_by_count.items())},
             "given_back": self.redeliverable,
@@ -68,13 +75,17 @@ class StateWatch:
         self._group = group
         self.seen = StateSeen()
         conf = {
-            **{k: v for k, v in connection.items() if k not in ("logger", "error_cb")},
+            **admin_config(connection, "state-log"),  # the connection's settings only (not the members' -X)
+            "bootstrap.servers": connection["bootstrap.servers"],
             "group.id": f"safeconsumer-doctor-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": False,
             "logger": HELPER_LOG,
         }
-        self._consumer = Consumer(conf)
+        try:
+            self._consumer = Consumer(conf)
+        except KafkaException as exc:
+            raise WireError(f"cannot read {STATE_TOPIC}: {exc.args[0].str() if exc.args else exc}") from None
         try:
             topics = self._consumer.list_topics(STATE_TOPIC, timeout=timeout).topics
             meta = topics.get(STATE_TOPIC)
@@ -116,6 +127,9 @@ class StateWatch:
             return
         if update is None:
             return
+        if update == SNAPSHOT_SEEN:
+            self.seen.snapshots += 1
+            return
         topic_id, partition, batches = update
         seen = self.seen
         seen.updates += 1
@@ -137,9 +151,13 @@ class StateWatch:
             self._consumer.close()
 
 
+#: What :func:`parse_update` answers for a snapshot of the group's.
+SNAPSHOT_SEEN: tuple[bytes, int, list[tuple[int, int, int, int]]] = (b"", -1, [])
+
+
 def parse_update(key: bytes, value: bytes, group: str) -> tuple[bytes, int, list[tuple[int, int, int, int]]] | None:
     """One state-log record of ``group``'s: (topic id, partition, [(first, last, state, delivery
-    count)]) for an update; None for a snapshot or another group's record. Raises
+    count)]) for an update, :data:`SNAPSHOT_SEEN` for a snapshot, None for another group's. Raises
     :class:`WireError` for a record of ``group`` of a shape this reader does not know."""
     k = Reader(key)
     kind = k.int16()
@@ -147,7 +165,7 @@ def parse_update(key: bytes, value: bytes, group: str) -> tuple[bytes, int, list
         return None
     topic_id, partition = k.uuid(), k.int32()
     if kind == SNAPSHOT:
-        return None  # the whole state, not a change: counted from the updates
+        return SNAPSHOT_SEEN  # the whole state, not a change: counted from the updates
     v = Reader(value)
     if v.int16() != 0:
         raise WireError("a state-log value of an unknown version")

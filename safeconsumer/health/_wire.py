@@ -19,6 +19,7 @@ logged or put in an error's text.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import os
@@ -53,6 +54,10 @@ class WireError(Exception):
 
 class Unsupported(WireError):
     """The connection settings need something this client does not do (named in the message)."""
+
+
+class NotOffered(Unsupported):
+    """The broker does not offer a request this client needs (an older Kafka)."""
 
 
 class KafkaProtocolError(WireError):
@@ -242,13 +247,20 @@ class Settings:
         mechanism = str(conf.get("sasl.mechanisms", conf.get("sasl.mechanism", "GSSAPI"))).upper()
         if protocol.startswith("sasl") and mechanism not in ("PLAIN", *_SCRAM):
             raise Unsupported(f"sasl.mechanism={mechanism} (this client logs in with PLAIN or SCRAM only)")
-        for key in ("ssl.keystore.location", "ssl.certificate.pem", "ssl.key.pem", "ssl.engine.location"):
-            if conf.get(key) and protocol in ("ssl", "sasl_ssl"):
-                raise Unsupported(
-                    f"{key} is not read by this client (give ssl.certificate.location and ssl.key.location)"
-                )
+        tls = protocol in ("ssl", "sasl_ssl")
+        for key in (
+            "ssl.keystore.location",
+            "ssl.certificate.pem",
+            "ssl.key.pem",
+            "ssl.engine.location",
+            "ssl.crl.location",
+        ):
+            if conf.get(key) and tls:
+                raise Unsupported(f"{key} is not read by this client")
+        if tls and conf.get("ssl.key.location") and not conf.get("ssl.certificate.location"):
+            raise Unsupported("ssl.key.location without ssl.certificate.location")
         identification = str(conf.get("ssl.endpoint.identification.algorithm", "https")).lower()
-        verify = str(conf.get("enable.ssl.certificate.verification", "true")).lower() not in ("false", "0")
+        verify = str(conf.get("enable.ssl.certificate.verification", "true")).lower() not in _FALSE
 
         def text(key: str) -> str | None:
             value = conf.get(key)
@@ -270,7 +282,17 @@ class Settings:
         )
 
     def tls_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_location, cadata=self.ca_pem)
+        """As librdkafka reads ``ssl.ca.location``: a file, a directory, or ``probe`` (the system's)."""
+        location = None if self.ca_location in (None, "", "probe") else self.ca_location
+        directory = location if location is not None and os.path.isdir(location) else None
+        context = ssl.create_default_context(
+            ssl.Purpose.SERVER_AUTH,
+            cafile=None if directory else location,
+            capath=directory,
+            cadata=self.ca_pem,
+        )
+        if self.ca_location == "probe" and self.ca_pem is not None:
+            context.load_default_certs()
         context.check_hostname = self.check_hostname
         if not self.verify:
             context.verify_mode = ssl.CERT_NONE
@@ -278,6 +300,9 @@ class Settings:
             context.load_cert_chain(self.certificate_location, self.key_location, self.key_password)
         return context
 
+
+#: librdkafka's spellings of false.
+_FALSE = ("false", "f", "0", "no", "off")
 
 # -- SCRAM (RFC 5802, RFC 7677) ---------------------------------------------------------------------
 
@@ -305,12 +330,17 @@ class Scram:
         return hmac.new(key, msg, self._hash).digest()
 
     def final(self, server_first: bytes) -> bytes:
-        text = server_first.decode()
-        fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
-        nonce, salt, iterations = fields.get("r", ""), fields.get("s", ""), int(fields.get("i", "0") or 0)
-        if not nonce.startswith(self._nonce) or not salt or iterations <= 0:
+        try:
+            text = server_first.decode()
+            fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+            nonce, iterations = fields.get("r", ""), int(fields.get("i", "0") or 0)
+            salt = base64.b64decode(fields.get("s", ""), validate=True)
+        except (UnicodeDecodeError, ValueError, binascii.Error):
+            raise WireError("the broker's SCRAM challenge is malformed") from None
+        well_formed = len(nonce) > len(self._nonce) and nonce.startswith(self._nonce) and salt and iterations > 0
+        if not well_formed or text.startswith("m="):
             raise WireError("the broker's SCRAM challenge is malformed")
-        salted = hashlib.pbkdf2_hmac(self._hash, self._password.encode(), base64.b64decode(salt), iterations)
+        salted = hashlib.pbkdf2_hmac(self._hash, self._password.encode(), salt, iterations)
         client_key = self._hmac(salted, b"Client Key")
         stored_key = hashlib.new(self._hash, client_key).digest()
         without_proof = f"c=biws,r={nonce}"
@@ -321,10 +351,14 @@ class Scram:
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
     def verify(self, server_final: bytes) -> None:
-        text = server_final.decode()
+        text = server_final.decode("utf-8", "replace")
         if text.startswith("e="):
             raise WireError(f"the broker refused the SCRAM login: {text[2:]}")
-        if not text.startswith("v=") or not hmac.compare_digest(base64.b64decode(text[2:]), self._server_signature):
+        try:
+            signature = base64.b64decode(text[2:], validate=True) if text.startswith("v=") else b""
+        except (ValueError, binascii.Error):
+            signature = b""
+        if not signature or not hmac.compare_digest(signature, self._server_signature):
             raise WireError("the broker's SCRAM signature does not match: not the server the password is for")
 
 
@@ -373,7 +407,7 @@ class Connection:
         """The highest version of ``api_key`` both sides speak within ``lowest``..``highest``."""
         offered = self.versions.get(api_key)
         if offered is None or offered[1] < lowest or offered[0] > highest:
-            raise Unsupported(f"the broker at {self.address} does not offer API {api_key} version {lowest}..{highest}")
+            raise NotOffered(f"the broker at {self.address} does not offer API {api_key} version {lowest}..{highest}")
         return min(highest, offered[1])
 
     def request(

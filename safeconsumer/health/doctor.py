@@ -38,8 +38,8 @@ With ``--migrate`` the report also checks moving the group to ``group.protocol=c
 
 A share group (KIP-932), which librdkafka describes as an empty dead classic group, is described
 by its coordinator through :mod:`._wire` and judged by :mod:`._share_check` (``share_start_latest``,
-``lock_too_short``, ``batch_outlives_lock`` with ``--processing-time``, ``share_no_progress`` with
-``--observe``, ``group_size``, ``group_empty``).
+``lock_too_short``, ``batch_outlives_lock`` with ``--processing-time``, ``share_no_progress`` and
+``share_archived`` with ``--observe``, ``group_size``, ``group_empty``).
 
 Exit status: 0 healthy, 1 findings, 2 cannot connect (or bad arguments). ``--json`` prints one
 object whose shape is documented in ``docs/group-health.md`` (``"schema": 1``).
@@ -85,7 +85,7 @@ from ._migrate_check import (
 )
 from ._share_check import observe_share, progress, render_share, share_findings, share_members, share_section
 from ._share_look import ShareGroup, describe_share_group
-from ._wire import WireError
+from ._wire import NotOffered, WireError
 
 #: Share of the broker's group size limit from which ``group_size`` is reported.
 SIZE_WARNING = 0.8
@@ -221,7 +221,15 @@ def diagnose(
             reason = f"authentication failed: {refused[-1].str()}"
         raise CannotConnect(f"cannot connect to {bootstrap_servers}: {reason}") from None
     wire_conf = {k: v for k, v in conf.items() if isinstance(v, str | int | float | bool)}
-    shared, share_check = _probe_share(admin, wire_conf, bootstrap_servers, group, timeout)
+    # The first description: a share group looks empty and dead to librdkafka. Reused below when
+    # nothing is watched first (a describe that times out is not waited for twice).
+    first: Any = None
+    first_error: KafkaException | concurrent.futures.TimeoutError | None = None
+    try:
+        first = describe_group(admin, group, timeout)
+    except (KafkaException, concurrent.futures.TimeoutError) as exc:
+        first_error = exc
+    shared, share_check = _probe_share(first, wire_conf, bootstrap_servers, group, timeout)
     if shared is not None:
         report = Report(
             group=group,
@@ -253,7 +261,12 @@ def diagnose(
         observed = _observe(admin, group, observe, timeout)
     protocol_type = "consumer"  # the group's, as far as the admin API describes it
     try:
-        description = describe_group(admin, group, timeout)
+        if observed is not None or (first is None and first_error is None):
+            description = describe_group(admin, group, timeout)  # the membership after the watch
+        elif first_error is not None:
+            raise first_error
+        else:
+            description = first
     except (KafkaException, concurrent.futures.TimeoutError) as exc:
         reason = exc.args[0] if exc.args else "timed out"
         other = NOT_A_CONSUMER_GROUP.search(str(reason.str() if isinstance(reason, KafkaError) else reason))
@@ -303,18 +316,17 @@ def diagnose(
 
 
 def _probe_share(
-    admin: AdminClient, conf: dict[str, Any], bootstrap_servers: str, group: str, timeout: float
+    description: Any, conf: dict[str, Any], bootstrap_servers: str, group: str, timeout: float
 ) -> tuple[ShareGroup | None, str | None]:
     """The share group ``group``, if it is one; else None, with why the coordinator could not be
-    asked (None if it answered, or if librdkafka described a consumer group with members)."""
-    try:
-        description = describe_group(admin, group, timeout)
-    except (KafkaException, concurrent.futures.TimeoutError):
-        return None, None  # the usual path reports it
-    if description.members or _name(description.state) not in ("dead", "unknown"):
+    asked (None if it answered, if librdkafka described a consumer group with members, or could not
+    describe the group at all: the usual path reports that)."""
+    if description is None or description.members or _name(description.state) not in ("dead", "unknown"):
         return None, None
     try:
         return describe_share_group(conf, bootstrap_servers, group, timeout), None
+    except NotOffered:
+        return None, None  # a broker without share groups (before Kafka 4.1): not a share group
     except WireError as exc:
         return None, f"could not ask the coordinator whether {group!r} is a share group: {exc}"
 
@@ -797,6 +809,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         FetchLimits.from_config(config)
     except ValueError as exc:
         parser.error(str(exc))
+    polled = str(config.get("max.poll.records", "1")).strip()
+    if not polled.isdigit() or int(polled) < 1:
+        parser.error(f"max.poll.records: expected a whole number of at least 1, got {polled!r}")
     try:
         report = diagnose(
             args.bootstrap_servers,

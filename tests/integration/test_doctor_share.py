@@ -167,7 +167,7 @@ def test_a_share_group_starting_at_latest_by_default_is_found_with_the_records_i
         report = json.loads(done.stdout)
         assert report["share"]["start"] == "latest" and report["share"]["start_set_on_group"] is False
         (finding,) = [f for f in report["findings"] if f["code"] == "share_start_latest"]
-        assert finding["details"]["records_before_start"] == 10, finding
+        assert finding["details"]["unstarted_records"] == 10, finding
         assert received == []  # what the finding says: the member got none of the 10
     finally:
         c.close()

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from safeconsumer.health._share_check import progress, render_share, share_findings
-from safeconsumer.health._share_look import ShareGroup, SharePartition
-from safeconsumer.health._share_state import parse_update
+from safeconsumer.health._share_look import ShareGroup, ShareMember, SharePartition
+from safeconsumer.health._share_state import SNAPSHOT_SEEN, parse_update
 from safeconsumer.health._wire import Reader, Scram, Settings, Unsupported, WireError, Writer
 from safeconsumer.health.dead_letters import DeadRecord, _mark_processed, _render
 
@@ -122,7 +122,8 @@ def _share(**overrides: Any) -> dict[str, Any]:
                 "log_end": 10,
                 "start_offset": 10,
                 "lag": 0,
-                "before_start": 10,
+                "unstarted_records": None,
+                "error": None,
             }
         ],
         "in_flight": None,
@@ -136,16 +137,25 @@ def _codes(share: dict[str, Any], observed: dict[str, Any] | None = None, member
     return [f.code for f in share_findings("g", members, share, observed)]
 
 
-def test_a_latest_start_nobody_chose_with_records_before_it_is_found() -> None:
-    assert _codes(_share(start="latest", start_set_on_group=False)) == ["share_start_latest"]
-    (finding,) = share_findings("g", 2, _share(start="latest", start_set_on_group=False), None)
-    assert finding.details["records_before_start"] == 10 and "nothing says so" in finding.message
-    assert _codes(_share(start="latest", start_set_on_group=True)) == []  # chosen: written down
-    assert _codes(_share()) == []  # earliest
-    empty = [{**_share()["partitions"][0], "before_start": 0}]
-    assert _codes(_share(start="latest", start_set_on_group=False, partitions=empty)) == []
+def _unstarted(held: int | None) -> list[dict[str, Any]]:
+    """A partition where the group has no start yet, holding ``held`` records."""
+    return [{**_share()["partitions"][0], "start_offset": None, "lag": None, "unstarted_records": held}]
+
+
+def test_a_latest_start_nobody_chose_on_partitions_holding_records_without_a_start_is_found() -> None:
+    latest = {"start": "latest", "start_set_on_group": False}
+    assert _codes(_share(**latest, partitions=_unstarted(10))) == ["share_start_latest"]
+    (finding,) = share_findings("g", 2, _share(**latest, partitions=_unstarted(10)), None)
+    assert finding.details["unstarted_records"] == 10 and "nothing says so" in finding.message
+    # A caught-up group with a start: what lies before it was processed or skipped, not known: no finding.
+    assert _codes(_share(**latest)) == []
+    assert _codes(_share(start="latest", start_set_on_group=True, partitions=_unstarted(10))) == []  # chosen
+    assert _codes(_share(partitions=_unstarted(10))) == []  # earliest
+    assert _codes(_share(**latest, partitions=_unstarted(0))) == []
+    unreadable = [{**_unstarted(None)[0], "error": 29}]  # an ACL: unknown, never taken for "no start"
+    assert _codes(_share(**latest, partitions=unreadable)) == []
     # The group's settings could not be read: the start is not known, not guessed.
-    assert _codes(_share(start="latest", start_set_on_group=False, settings_readable=False)) == []
+    assert _codes(_share(**latest, settings_readable=False, partitions=_unstarted(10))) == []
 
 
 def test_processing_against_the_lock() -> None:
@@ -158,8 +168,11 @@ def test_processing_against_the_lock() -> None:
     assert _codes(_share(processing_time=30.0), members=0) == []  # no members: nothing processes (group_empty says so)
 
 
-def _snap(*parts: tuple[int, int | None]) -> ShareGroup:
-    return ShareGroup("g", "stable", 1, "simple", {}, [], [SharePartition("t", 0, start, lag) for start, lag in parts])
+def _snap(*parts: tuple[int, int | None], assigned: bool = True, error: int = 0) -> ShareGroup:
+    members = [ShareMember("m", "c", "/h", None, 1, ["t"], {"t": [0]} if assigned else {})]
+    return ShareGroup(
+        "g", "stable", 1, "simple", {}, members, [SharePartition("t", 0, start, lag, error) for start, lag in parts]
+    )
 
 
 def test_progress_is_a_start_that_moves_or_nothing_left_to_deliver() -> None:
@@ -172,12 +185,15 @@ def test_progress_is_a_start_that_moves_or_nothing_left_to_deliver() -> None:
     assert progress([_snap((-1, None)), _snap((0, 5))]) == [{"topic": "t", "partition": 0, "start_offset": 0, "lag": 5}]
     assert progress([_snap((-1, None)), _snap((-1, None))])[0]["start_offset"] is None
     assert progress([_snap((5, 3))]) == []  # one look says nothing
+    # A partition no member is assigned keeps its lag and says nothing; an unreadable one is unknown.
+    assert progress([_snap((5, 3), assigned=False), _snap((5, 3), assigned=False)]) == []
+    assert progress([_snap((-1, None), error=29), _snap((-1, None), error=29)]) == []
 
 
 def test_no_progress_is_found_only_when_watched_longer_than_the_lock() -> None:
     stuck = {"seconds": 3.0, "no_progress": [{"topic": "t", "partition": 0, "start_offset": 5, "lag": 2}]}
     assert _codes(_share(lock_ms=1000), stuck) == ["share_no_progress"]
-    assert _codes(_share(lock_ms=5000), stuck) == []  # watched less than the lock: a slow batch looks the same
+    assert _codes(_share(lock_ms=2000), stuck) == []  # watched less than two locks: a slow batch looks the same
     assert _codes(_share(lock_ms=1000), stuck, members=0) == []
     unknown = {"seconds": 3.0, "no_progress": [{"topic": "t", "partition": 0, "start_offset": None, "lag": None}]}
     assert _codes(_share(lock_ms=1000), unknown) == ["share_no_progress"]  # earliest, records held
@@ -221,7 +237,7 @@ def test_state_log_updates_are_read_as_the_broker_writes_them() -> None:
     assert second[2] == [(2, 3, 4, 2), (4, 5, 2, 2)]  # archived at delivery 2; accepted
     assert parse_update(key, bytes.fromhex(_UPDATES_HEX[0]), "another-group") is None
     snapshot_key = b"\x00\x00" + key[2:]
-    assert parse_update(snapshot_key, b"", "exp-g") is None
+    assert parse_update(snapshot_key, b"", "exp-g") is SNAPSHOT_SEEN  # counted, not read as a change
     with pytest.raises(WireError, match="unknown version"):
         parse_update(key, b"\x00\x07" + bytes.fromhex(_UPDATES_HEX[0])[2:], "exp-g")
 
@@ -241,3 +257,28 @@ def test_records_archived_while_watched_are_found_with_how_many_reached_the_limi
         and "1 were rejected" in finding.message
     )
     assert _codes(_share(), {"seconds": 3.0, "no_progress": [], "state_log": {"error": "no access"}}) == []
+
+
+def test_tls_settings_follow_librdkafka_s_spellings_and_ca_forms(tmp_path: Any) -> None:
+    assert not Settings.from_config({"enable.ssl.certificate.verification": "f"}).verify
+    assert Settings.from_config({"enable.ssl.certificate.verification": "true"}).verify
+    # ssl.ca.location as a directory or "probe" (the system's store): both load.
+    Settings.from_config({"security.protocol": "ssl", "ssl.ca.location": str(tmp_path)}).tls_context()
+    Settings.from_config({"security.protocol": "ssl", "ssl.ca.location": "probe"}).tls_context()
+    with pytest.raises(Unsupported, match=r"ssl\.crl\.location"):
+        Settings.from_config({"security.protocol": "ssl", "ssl.crl.location": "/crl.pem"})
+    with pytest.raises(Unsupported, match=r"ssl\.key\.location without ssl\.certificate\.location"):
+        Settings.from_config({"security.protocol": "ssl", "ssl.key.location": "/key.pem"})
+
+
+def test_a_malformed_scram_challenge_is_a_wire_error_never_a_traceback() -> None:
+    for challenge in (
+        b"\xff\xfe",
+        b"r=abcX,s=!!notbase64,i=4096",
+        b"r=abcX,s=c2FsdA==,i=lots",
+        b"r=abc,s=c2FsdA==,i=1",
+    ):
+        with pytest.raises(WireError, match="malformed"):
+            Scram("SCRAM-SHA-256", "u", "p", nonce="abc").final(challenge)
+    with pytest.raises(WireError, match="does not match"):
+        Scram("SCRAM-SHA-256", "u", "p", nonce="abc").verify(b"v=\xff")
