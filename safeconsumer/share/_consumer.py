@@ -6,7 +6,7 @@
   implicit mode does, and the ones it never came back after are released at once: at ``close()``, and
   a record whose ``handle()`` raised.
 - **S3 lock-aware long work.** The consumer reads the group's lock duration
-  (``share.record.lock.duration.ms``) at subscribe and every :data:`REFRESH_EVERY` seconds. Records
+  (``share.record.lock.duration.ms``) at subscribe and every ``REFRESH_EVERY`` seconds (:mod:`._group`). Records
   the application has not reached (the batch's iterator did not hand them out yet, ``handle()`` did
   not run on them) are released once the batch has held its locks for :data:`RELEASE_AT` of the
   lock: when the iterator asks for the next record, when ``handle()`` starts one, and from the
@@ -44,28 +44,23 @@ mode call upstream refuses is refused with upstream's own exception, asked of an
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import dataclasses
-import itertools
 import logging
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     AcknowledgeType,
     ConcurrentModificationException,
-    IllegalStateException,
     KafkaError,
     KafkaException,
     Message,
     ShareConsumer,
 )
-from confluent_kafka.admin import AdminClient
 
 from .._errors import (
     EXIT_FATAL,
@@ -79,8 +74,9 @@ from .._errors import (
 from ..consumer._lifecycle import FatalPolicy, exit_process
 from ..health._explainer import HELPER_LOG, admin_config
 from ..poison._policy import DeadLetter, DeadLetterWriter, PoisonHandler, check_policy
-from ._batch import RELEASE_AT, WATCH, Batch, SafeMessages, is_record, taken_records
-from ._group import STARTS, GroupSettings, Start, group_exists, read_settings, records_held, set_start
+from ._acks import Acknowledgements
+from ._batch import RELEASE_AT, WATCH, Batch, SafeMessages, taken_records
+from ._group import STARTS, GroupLook, GroupSettings, Start
 from ._overruns import Overruns
 from ._pause import PauseMarks
 from ._port import SharePort, register
@@ -89,15 +85,6 @@ from ._telemetry import ShareTelemetry
 logger = logging.getLogger("safeconsumer")
 
 _T = TypeVar("_T")
-
-#: Seconds one admin request about the group may take (the cluster does not answer: it is given up).
-ADMIN_TIMEOUT = 5.0
-
-#: Seconds the first ``subscribe()`` waits to learn whether the cluster lists the group.
-EXISTS_TIMEOUT = 1.0
-
-#: Seconds between two reads of the group's settings while the consumer polls.
-REFRESH_EVERY = 60.0
 
 #: The longest a ``poll()`` waits while every subscribed topic is paused (seconds).
 PAUSED_POLL = 1.0
@@ -143,7 +130,7 @@ def _implicit_oracle() -> ShareConsumer:
         return _oracle[0]
 
 
-class SafeShareConsumer(ShareConsumer):
+class SafeShareConsumer(Acknowledgements):
     """A drop-in for ``confluent_kafka.ShareConsumer``; see the module's docstring.
 
     ``start``: where a share group without state starts (``"earliest"`` or ``"latest"``; None: the
@@ -185,11 +172,7 @@ class SafeShareConsumer(ShareConsumer):
         #: (``max.poll.interval.ms``; upstream has refused a value that is not a number).
         self._max_poll = float(conf.get("max.poll.interval.ms", 300_000)) / 1000
         self._last_poll = time.monotonic()
-        self._admin_conf = admin_config(conf, "share")
-        self._admin: AdminClient | None = None
-        self._settings = GroupSettings()
-        self._read_at = 0.0
-        self._refreshing: threading.Thread | None = None
+        self._look = GroupLook(self._group, admin_config(conf, "share"), self._start)
         self._batch: Batch | None = None
         #: Held by the application's poll() and commit_*(), and while a keepalive timer gives records
         #: back (the application is inside the block); :meth:`_enter` says which application thread is in.
@@ -238,89 +221,15 @@ class SafeShareConsumer(ShareConsumer):
             self._on_cut = lambda cut: _call(me, "_flush_from_watch", cut)
         _say_preview()
 
-    # -- the group's settings ---------------------------------------------------------------
+    # -- the group's settings (._group.GroupLook) -------------------------------------------
     @property
     def group_settings(self) -> GroupSettings:
         """The share group's settings as last read (Kafka's defaults before the first read)."""
-        return self._settings
+        return self._look.settings
 
-    def _admin_client(self) -> AdminClient:
-        if self._admin is None:
-            self._admin = AdminClient(self._admin_conf)
-        return self._admin
-
-    def _read(self) -> None:
-        try:
-            self._settings = read_settings(self._admin_client(), self._group, ADMIN_TIMEOUT)
-        except Exception as exc:  # noqa: BLE001 - the last known settings stay; said once per failure
-            logger.warning("could not read share group %r's settings: %s", self._group, exc)
-        self._read_at = time.monotonic()
-
-    def _maybe_refresh(self, now: float) -> None:
-        if now - self._read_at < REFRESH_EVERY or (self._refreshing is not None and self._refreshing.is_alive()):
-            return
-        self._read_at = now
-        self._refreshing = threading.Thread(target=self._read, name="safeconsumer-share-settings", daemon=True)
-        self._refreshing.start()
-
-    def _first_subscribe(self, topics: list[str]) -> None:
-        """S5 at the first ``subscribe()``: whether the cluster lists the group is asked before the
-        member joins (it would list it then), bounded by :data:`EXISTS_TIMEOUT` (a cluster that does
-        not answer: treated as listing it, nothing is changed). With ``start``, the group's start is
-        settled before ``subscribe()`` returns (:data:`ADMIN_TIMEOUT` per request); without, the rest
-        (its settings, the WARNING of a new group starting past records) runs on a thread of its own."""
-        try:
-            exists = group_exists(self._admin_client(), self._group, EXISTS_TIMEOUT)
-        except Exception as exc:  # noqa: BLE001 - unknown: treated as existing, nothing is changed
-            logger.warning("could not list share group %r: %s; its start is left as it is", self._group, exc)
-            exists = True
-        if self._start is not None:
-            self._look_at_group(topics, exists)
-            return
-        me = weakref.ref(self)
-        threading.Thread(
-            target=_call, args=(me, "_look_at_group", topics, exists), name="safeconsumer-share-group", daemon=True
-        ).start()
-
-    def _look_at_group(self, topics: list[str], exists: bool) -> None:
-        """The group's settings, its start (``start``), and the WARNING of a new group starting past records."""
-        admin = self._admin_client()
-        self._read()
-        settings = self._settings
-        if self._start is not None and self._start != settings.auto_offset_reset:
-            if exists or settings.reset_is_the_groups:
-                logger.warning(
-                    "share group %r %s share.auto.offset.reset=%s; start=%r was not applied (a live group's "
-                    "config is its operators'; change it with kafka-configs --entity-type groups)",
-                    self._group,
-                    "exists with" if exists else "has",
-                    settings.auto_offset_reset,
-                    self._start,
-                )
-            else:
-                set_start(admin, self._group, self._start, ADMIN_TIMEOUT)
-                logger.info(
-                    "share group %r starts at the %s records (share.auto.offset.reset)", self._group, self._start
-                )
-                # Not read back: a describe right after the change may still answer the old value.
-                self._settings = dataclasses.replace(
-                    self._settings, auto_offset_reset=self._start, reset_is_the_groups=True
-                )
-        if not exists and self._settings.auto_offset_reset == "latest":
-            try:
-                held = records_held(admin, topics, ADMIN_TIMEOUT)
-            except Exception as exc:  # noqa: BLE001 - only a warning is lost
-                logger.debug("could not count the records of %s: %s", topics, exc)
-                return
-            for topic, count in sorted(held.items()):
-                if count:
-                    logger.warning(
-                        "share group %r is new and starts at the latest offset: it skips the %d record(s) topic %r "
-                        "holds now (start='earliest' reads them)",
-                        self._group,
-                        count,
-                        topic,
-                    )
+    @property
+    def _settings(self) -> GroupSettings:
+        return self._look.settings
 
     # -- upstream's methods -----------------------------------------------------------------
     def subscribe(self, topics: list[str], *args: Any, **kwargs: Any) -> None:
@@ -334,7 +243,7 @@ class SafeShareConsumer(ShareConsumer):
         valid = isinstance(topics, list) and all(isinstance(t, str) for t in topics) and not args and not kwargs
         if not self._started and valid and topics and not self._closed:
             self._started = True
-            self._first_subscribe(topics)
+            self._look.first_subscribe(topics)
         if not valid or not self._paused:
             super().subscribe(topics, *args, **kwargs)  # upstream's checks and errors, as they are
             self._wanted = list(topics) if valid else self._wanted
@@ -428,7 +337,7 @@ class SafeShareConsumer(ShareConsumer):
         # Implicit mode: the application does not call the consumer while it works, the watch may release.
         batch.on_cut = self._on_cut
         WATCH.watch(batch)
-        self._maybe_refresh(batch.at)
+        self._look.maybe_refresh(batch.at)
         if "opentelemetry" in sys.modules:  # the delivery-count histogram costs a call per record
             for m in records:
                 if (count := m.delivery_count() or 1) > 1:
@@ -499,7 +408,7 @@ class SafeShareConsumer(ShareConsumer):
         finally:
             self._closed = True
             self._batch = None
-            self._admin = None
+            self._look.close()
             self._poison.close()
 
     # -- additions --------------------------------------------------------------------------
@@ -695,123 +604,6 @@ class SafeShareConsumer(ShareConsumer):
         self._batch = None
         return SafeMessages([], None)
 
-    # -- acknowledgements of our own --------------------------------------------------------
-    def _settle(self, message: Message, ack_type: AcknowledgeType) -> None:
-        """Acknowledge one record for the application (``ack_type``), once."""
-        batch = self._batch
-        if batch is None or batch.is_settled(message) or not is_record(message):
-            return
-        with self._lock:  # the watch's releases (implicit mode) call librdkafka too: never both at once
-            super().acknowledge(message, ack_type)
-        batch.settled.add(id(message))
-        if ack_type == AcknowledgeType.ACCEPT:
-            batch.accepted.add(id(message))
-        self._telemetry.acknowledged(_ACK_NAMES[ack_type])
-
-    def _release(self, batch: Batch, records: list[Message], *, sync: bool = False) -> None:
-        """Release records now (sent at once: ``commit_async()``, or ``commit_sync()`` with ``sync``).
-        A record no longer in flight (acknowledged and sent) is left as it is."""
-        if not records:
-            return
-        for message in records:
-            with contextlib.suppress(*_NOT_IN_FLIGHT):
-                super().acknowledge(message, AcknowledgeType.RELEASE)
-        batch.settled.update(map(id, records))
-        self._telemetry.acknowledged("release", len(records))
-        if sync:
-            super().commit_sync(10.0)
-        else:
-            super().commit_async()
-
-    def _flush_pending(self, batch: Batch) -> None:
-        """Release the records the watch cut from the batch (on the application's thread)."""
-        if not batch.pending:
-            return
-        with self._lock:  # see _settle
-            cut = batch.take_pending()
-            self._release(batch, cut)
-        self.released_early += len(cut)
-        self._telemetry.released_early(len(cut), "not_reached")
-        logger.info(
-            "share group %r: gave back %d record(s) not reached after %.1f s of the group's %.1f s acquisition lock, "
-            "so that another member takes them now",
-            self._group,
-            len(cut),
-            time.monotonic() - batch.at,
-            self._settings.lock_seconds,
-        )
-
-    def _flush_from_watch(self, batch: Batch) -> None:
-        """Implicit mode: the watch cut the batch; released now unless the application is inside a
-        call of the consumer (then at that call's next start)."""
-        if batch is not self._batch or self._closed or not self._lock.acquire(blocking=False):
-            return
-        try:
-            self._flush_pending(batch)
-        finally:
-            self._lock.release()
-
-    def _release_from_timer(self, batch: Batch) -> None:
-        """The keepalive timer: the application is inside its block, not calling the consumer."""
-        with self._lock:
-            try:
-                batch.cut()
-                if batch is self._batch:
-                    self._flush_pending(batch)
-            except Exception as exc:  # noqa: BLE001 - the records' locks then run out: they come back all the same
-                logger.warning("giving back unreached records failed: %s", exc)
-
-    def _came_back(self, *, accept: bool, committing: bool = False) -> None:
-        """The application called ``poll()`` or ``commit_*()``: what was cut is released; in implicit
-        mode every record it was handed is accepted (upstream accepts the whole batch then); a batch
-        whose locks ran out before its acknowledgements go is reported (:class:`._overruns.Overruns`)."""
-        batch = self._batch
-        if batch is None:
-            return
-        if batch.pending:
-            self._flush_pending(batch)
-        if accept:
-            records = batch.unsettled()
-            self._accept_all(records)
-            batch.settle_all()
-            self._telemetry.acknowledged("accept", len(records))
-        now = time.monotonic()
-        if now > batch.lock_end and not batch.committed_in_time:
-            if accept:
-                late = [m for m in batch.records if is_record(m)]
-            else:  # what the application acknowledged, and what handle() accepted for it
-                late = batch.handed_out() + [m for m in batch.records if id(m) in batch.accepted]
-            self._overruns.add(late, now - batch.at)
-            batch.committed_in_time = True  # said once per batch
-        elif committing:
-            batch.committed_in_time = True
-        self._overruns.say(self._settings.lock_seconds)
-
-    def _accept_all(self, records: list[Message]) -> None:
-        """ACCEPT each record (implicit mode, the application came back). librdkafka takes one call
-        per record; the calls run in C (``map``), not in a Python loop, with upstream's default
-        ``ack_type`` (ACCEPT: no type argument to convert per record)."""
-        acknowledge = ShareConsumer.acknowledge
-        try:
-            collections.deque(map(acknowledge, itertools.repeat(self, len(records)), records), 0)
-        except _NOT_IN_FLIGHT:  # a record no longer in flight (librdkafka acknowledged it): one by one
-            accepted = cast(AcknowledgeType, _ACCEPT)
-            for message in records:
-                with contextlib.suppress(*_NOT_IN_FLIGHT):
-                    acknowledge(self, message, accepted)
-
-    def _release_at_close(self) -> None:
-        batch = self._batch
-        if batch is None:
-            return
-        if not self._implicit:
-            super().commit_sync(10.0)  # the application's own acknowledgements go first: none is overridden
-        self._release(batch, batch.unsettled(), sync=True)
-
-    def _still_locked(self, message: Message) -> bool:
-        batch = self._batch
-        return batch is not None and time.monotonic() < batch.lock_end
-
     def _maybe_left(self, error: KafkaError | None) -> None:
         """librdkafka took the member out of its group because the application did not poll within
         ``max.poll.interval.ms``; this poll() raises upstream's ``_MAX_POLL_EXCEEDED`` and the next
@@ -890,17 +682,6 @@ class SafeShareConsumer(ShareConsumer):
                     policy.topic,
                     exc,
                 )
-
-
-#: What upstream's acknowledge() raises for a record no longer in flight: IllegalStateException (a
-#: RuntimeError, "Local: Erroneous state") once its acknowledgement was sent, as measured;
-#: KafkaException as its docstring allows.
-_NOT_IN_FLIGHT = (IllegalStateException, KafkaException)
-
-#: ACCEPT as the int upstream's acknowledge() takes (no enum conversion per record).
-_ACCEPT = int(AcknowledgeType.ACCEPT)
-
-_ACK_NAMES = {AcknowledgeType.ACCEPT: "accept", AcknowledgeType.RELEASE: "release", AcknowledgeType.REJECT: "reject"}
 
 
 def _weak_method(ref: weakref.ref[SafeShareConsumer], name: str) -> Callable[..., Any]:

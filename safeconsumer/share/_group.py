@@ -10,7 +10,10 @@ yet too (the broker's defaults); a share group with state is one the cluster lis
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
+import time
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -124,3 +127,106 @@ def watermarks(
         return {(tp.topic, tp.partition): f.result(timeout=timeout + 1).offset for tp, f in futures.items()}
 
     return at(OffsetSpec.earliest()), at(OffsetSpec.latest())  # type: ignore[no-untyped-call]
+
+
+#: Seconds one admin request about the group may take (the cluster does not answer: it is given up).
+ADMIN_TIMEOUT = 5.0
+
+#: Seconds the first ``subscribe()`` waits to learn whether the cluster lists the group.
+EXISTS_TIMEOUT = 1.0
+
+#: Seconds between two reads of the group's settings while the consumer polls.
+REFRESH_EVERY = 60.0
+
+
+class GroupLook:
+    """What a share consumer knows of its group (S3, S5): its settings, read at the first
+    ``subscribe()`` and every :data:`REFRESH_EVERY` seconds after (on a thread: never on the
+    application's), and a new group's start (``start``). It holds no consumer."""
+
+    def __init__(self, group: str, admin_conf: dict[str, Any], start: Start | None) -> None:
+        self.group = group
+        self.start = start
+        self._admin_conf = admin_conf
+        self._admin: AdminClient | None = None
+        #: The group's settings as last read (Kafka's defaults before the first read).
+        self.settings = GroupSettings()
+        self._read_at = 0.0
+        self._refreshing: threading.Thread | None = None
+
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self._admin_conf)
+        return self._admin
+
+    def close(self) -> None:
+        self._admin = None
+
+    def read(self) -> None:
+        try:
+            self.settings = read_settings(self.admin(), self.group, ADMIN_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - the last known settings stay; said once per failure
+            logger.warning("could not read share group %r's settings: %s", self.group, exc)
+        self._read_at = time.monotonic()
+
+    def maybe_refresh(self, now: float) -> None:
+        if now - self._read_at < REFRESH_EVERY or (self._refreshing is not None and self._refreshing.is_alive()):
+            return
+        self._read_at = now
+        self._refreshing = threading.Thread(target=self.read, name="safeconsumer-share-settings", daemon=True)
+        self._refreshing.start()
+
+    def first_subscribe(self, topics: list[str]) -> None:
+        """S5 at the first ``subscribe()``: whether the cluster lists the group is asked before the
+        member joins (it would list it then), bounded by :data:`EXISTS_TIMEOUT` (a cluster that does
+        not answer: treated as listing it, nothing is changed). With ``start``, the group's start is
+        settled before ``subscribe()`` returns (:data:`ADMIN_TIMEOUT` per request); without, the rest
+        (its settings, the WARNING of a new group starting past records) runs on a thread of its own."""
+        try:
+            exists = group_exists(self.admin(), self.group, EXISTS_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - unknown: treated as existing, nothing is changed
+            logger.warning("could not list share group %r: %s; its start is left as it is", self.group, exc)
+            exists = True
+        if self.start is not None:
+            self.look(topics, exists)
+            return
+        # The thread holds this look, never the consumer (a dropped consumer is freed where it is dropped).
+        threading.Thread(target=self.look, args=(topics, exists), name="safeconsumer-share-group", daemon=True).start()
+
+    def look(self, topics: list[str], exists: bool) -> None:
+        """The group's settings, its start (``start``), and the WARNING of a new group starting past records."""
+        admin = self.admin()
+        self.read()
+        settings = self.settings
+        if self.start is not None and self.start != settings.auto_offset_reset:
+            if exists or settings.reset_is_the_groups:
+                logger.warning(
+                    "share group %r %s share.auto.offset.reset=%s; start=%r was not applied (a live group's "
+                    "config is its operators'; change it with kafka-configs --entity-type groups)",
+                    self.group,
+                    "exists with" if exists else "has",
+                    settings.auto_offset_reset,
+                    self.start,
+                )
+            else:
+                set_start(admin, self.group, self.start, ADMIN_TIMEOUT)
+                logger.info("share group %r starts at the %s records (share.auto.offset.reset)", self.group, self.start)
+                # Not read back: a describe right after the change may still answer the old value.
+                self.settings = dataclasses.replace(
+                    self.settings, auto_offset_reset=self.start, reset_is_the_groups=True
+                )
+        if not exists and self.settings.auto_offset_reset == "latest":
+            try:
+                held = records_held(admin, topics, ADMIN_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - only a warning is lost
+                logger.debug("could not count the records of %s: %s", topics, exc)
+                return
+            for topic, count in sorted(held.items()):
+                if count:
+                    logger.warning(
+                        "share group %r is new and starts at the latest offset: it skips the %d record(s) topic %r "
+                        "holds now (start='earliest' reads them)",
+                        self.group,
+                        count,
+                        topic,
+                    )
