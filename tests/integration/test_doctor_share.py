@@ -52,6 +52,16 @@ def _poll_all(members: Sequence[ShareConsumer], explicit: bool) -> int:
     return got
 
 
+def _wait_for_group(kit: KafkaTestKit, group: str, step: Callable[[], object]) -> None:
+    """Until the coordinator describes ``group`` as a share group; ``step`` (a member polling) meanwhile."""
+
+    def exists() -> bool:
+        step()
+        return describe_share_group(kit.client_config, kit.bootstrap_servers, group, 10) is not None
+
+    wait_until(exists, timeout=30, what="the share group to exist")
+
+
 def _doctor(args: list[str], keep_going: Callable[[], object] = lambda: None) -> subprocess.CompletedProcess[str]:
     """Run the doctor as a process; ``keep_going`` runs meanwhile (members polling)."""
     child = subprocess.Popen(
@@ -155,11 +165,7 @@ def test_a_share_group_starting_at_latest_by_default_is_found_with_the_records_i
         c.subscribe([topic])
         received: list[int] = []
 
-        def joined() -> bool:
-            received.extend(1 for m in c.poll(0.2) if m.error() is None)
-            return describe_share_group(kafka.client_config, kafka.bootstrap_servers, group, 10) is not None
-
-        wait_until(joined, timeout=30, what="the share group to exist")
+        _wait_for_group(kafka, group, lambda: received.extend(1 for m in c.poll(0.2) if m.error() is None))
         done = _doctor(
             ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json"], lambda: c.poll(0.1)
         )
@@ -180,14 +186,7 @@ def test_a_lock_shorter_than_the_processing_is_found(kafka: KafkaTestKit) -> Non
     c = SafeShareConsumer(_conf(kafka, group, "worker"))
     try:
         c.subscribe([topic])
-        wait_until(
-            lambda: (
-                (c.poll(0.2), describe_share_group(kafka.client_config, kafka.bootstrap_servers, group, 10))[1]
-                is not None
-            ),
-            timeout=30,
-            what="the share group to exist",
-        )
+        _wait_for_group(kafka, group, lambda: c.poll(0.2))
         base = ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json"]
         keep: Callable[[], object] = lambda: c.poll(0.1)  # noqa: E731
         cases = {"3": ("lock_too_short", 1), "0.01": ("batch_outlives_lock", 1), "0.001": (None, 0)}
@@ -251,13 +250,7 @@ def test_a_share_group_without_members_is_an_empty_share_group(kafka: KafkaTestK
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
     c = ShareConsumer(_conf(kafka, group, "worker"))
     c.subscribe([topic])
-    wait_until(
-        lambda: (
-            (c.poll(0.2), describe_share_group(kafka.client_config, kafka.bootstrap_servers, group, 10))[1] is not None
-        ),
-        timeout=30,
-        what="the share group to exist",
-    )
+    _wait_for_group(kafka, group, lambda: c.poll(0.2))
     c.close()
     done = _doctor(["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json"])
     assert done.returncode == 1, (done.stdout, done.stderr)
@@ -279,17 +272,7 @@ def test_the_doctor_reads_a_share_group_on_the_secured_cluster_and_prints_no_sec
     c = SafeShareConsumer(_conf(secured_kafka, group, "secure-worker"), start="earliest")
     try:
         c.subscribe([topic])
-        wait_until(
-            lambda: (
-                (
-                    c.poll(0.2),
-                    describe_share_group(secured_broker.client_config, secured_broker.bootstrap_servers, group, 10),
-                )[1]
-                is not None
-            ),
-            timeout=30,
-            what="the share group to exist",
-        )
+        _wait_for_group(secured_kafka, group, lambda: c.poll(0.2))
         base = ["--bootstrap-servers", secured_broker.bootstrap_servers, "--group", group]
         done = _doctor([*base, "--consumer-config", str(config), "--json"], lambda: c.poll(0.1))
         assert done.returncode == 0, (done.stdout, done.stderr)
@@ -357,11 +340,7 @@ def test_records_archived_and_given_back_while_watched_are_read_from_the_state_l
     try:
         member.subscribe([topic])
 
-        def exists() -> bool:
-            refuse_everything()
-            return describe_share_group(kafka.client_config, kafka.bootstrap_servers, group, 10) is not None
-
-        wait_until(exists, timeout=30, what="the share group to exist")
+        _wait_for_group(kafka, group, refuse_everything)
         done = _doctor(
             ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json", "--observe", "5"],
             refuse_everything,
