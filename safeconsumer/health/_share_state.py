@@ -23,12 +23,13 @@ topic; without it the watch says why.
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from ._explainer import HELPER_LOG, admin_config
 from ._wire import Reader, WireError
@@ -36,6 +37,11 @@ from ._wire import Reader, WireError
 STATE_TOPIC = "__share_group_state"
 
 SNAPSHOT, UPDATE = 0, 1
+
+#: A partition of a topic just created, its leader not in place yet.
+_NOT_READY = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+)
 AVAILABLE, ACKNOWLEDGED, ARCHIVED = 0, 2, 4
 
 
@@ -92,12 +98,8 @@ class StateWatch:
             if meta is None or meta.error is not None or not meta.partitions:
                 reason = meta.error.str() if meta is not None and meta.error is not None else "it does not exist"
                 raise WireError(f"cannot read {STATE_TOPIC}: {reason}")
-            starts = []
-            for p in sorted(meta.partitions):
-                _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(STATE_TOPIC, p), timeout=timeout, cached=False
-                )
-                starts.append(TopicPartition(STATE_TOPIC, p, high))
+            deadline = time.monotonic() + timeout
+            starts = [TopicPartition(STATE_TOPIC, p, self._end(p, deadline)) for p in sorted(meta.partitions)]
             self._consumer.assign(starts)
         except KafkaException as exc:
             self.close()
@@ -105,6 +107,23 @@ class StateWatch:
         except WireError:
             self.close()
             raise
+
+    def _end(self, partition: int, deadline: float) -> int:
+        """A partition's end offset now. The broker creates the topic at a share group's first use,
+        and its partitions answer NOT_LEADER until their leaders are in place: asked again, until
+        ``deadline``."""
+        while True:
+            try:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(STATE_TOPIC, partition), timeout=max(0.5, deadline - time.monotonic()), cached=False
+                )
+                return int(high)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                again = isinstance(error, KafkaError) and (error.retriable() or error.code() in _NOT_READY)
+                if not again or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
 
     def read(self, topic_ids: Mapping[bytes, str], seconds: float) -> None:
         """Take in what was written since the last read (waiting up to ``seconds``)."""
