@@ -255,6 +255,10 @@ def test_unsubscribe_then_subscribe_drops_partition_marks_and_withheld_records(
         a.close()
 
 
+# Serial, as its sibling below: under the parallel phase's load a KIP-848 run once read nothing for
+# 90 s after incremental_unassign, incremental_assign and a consumer pause (librdkafka #2190's
+# sequence); 1 of 1,971 tests in that run, none of its code changed since it last passed.
+@pytest.mark.serial
 @pytest.mark.parametrize("how", ["unassign", "incremental_unassign"])
 def test_unassign_then_assign_drops_partition_marks_and_withheld_records(
     kafka: KafkaTestKit, protocol: Protocol, how: str
