@@ -62,6 +62,7 @@ def description_fields(group: Any) -> dict[str, Any]:
             "host": m.host,
             "instance_id": m.group_instance_id,
             "owning": bool(m.assignment and m.assignment.topic_partitions),
+            "partitions": len(m.assignment.topic_partitions or []) if m.assignment else 0,
         }
         for m in group.members or []
     ]

@@ -127,16 +127,25 @@ class GroupView:
     kind: str = ""
     #: The classic group's assignor (its protocol name: "range", "cooperative-sticky", ...); "" when none.
     assignor: str = ""
+    #: How many partitions each member is assigned (None: not told).
+    sizes: Mapping[str, int] | None = None
 
-    def baseline(self, me: str | None) -> dict[str, Member]:
-        """The members to compare the next rebalance with.
+    def baseline(self, me: str | None, joined_with: int | None = None) -> dict[str, Member]:
+        """The members to compare the next rebalance with (``joined_with``: how many partitions
+        this member was assigned when it joined, if known).
 
         Described while the broker is rebalancing again already (a peer that joined a moment
         after this member is in the answer before this member's callback for it came), a
         member that owns nothing yet is one still joining: it is left out, so that the next
         rebalance names it. (One that owned nothing before is then named as joining too.)
+        So it is when the answer is of a later generation, stable already: this member's
+        assignment in it is not the one it joined with (a cooperative group's first round
+        after a peer joined, described before this member's callback for it came).
         """
-        if self.owning is None or self.state.upper() in ("STABLE", "EMPTY"):
+        later = (
+            joined_with is not None and self.sizes is not None and me is not None and self.sizes.get(me) != joined_with
+        )
+        if self.owning is None or (self.state.upper() in ("STABLE", "EMPTY") and not later):
             return dict(self.members)
         return {k: m for k, m in self.members.items() if k == me or k in self.owning}
 
@@ -282,6 +291,7 @@ def view_of(fields: Mapping[str, Any]) -> GroupView:
         frozenset(m["member_id"] for m in members if m["owning"]),
         kind=fields["kind"],
         assignor=fields["assignor"],
+        sizes={m["member_id"]: m["partitions"] for m in members},
     )
 
 
@@ -340,6 +350,8 @@ class RebalanceExplainer:
         self._known: dict[str, Member] | None = None
         #: The group's type then ("CLASSIC", "CONSUMER"; "" unknown): a change is a protocol migration.
         self._known_kind = ""
+        #: How many partitions this member was assigned at its last join (read on the consumer's thread).
+        self._joined_with: int | None = None
         self._refresh = False
         self._stopped = False
         self._thread: threading.Thread | None = None
@@ -389,6 +401,7 @@ class RebalanceExplainer:
         if cause is not None:
             self._report(cause, [])
             if cause == "joined" and self._describer is not None:
+                self._joined_with = self._owned()
                 self._start(refresh=True)  # learn the members, to name later peers
             return
         with self._lock:
@@ -523,7 +536,7 @@ class RebalanceExplainer:
         view = self._describe()
         with self._lock:
             if view is not None and not self._waiting:
-                self._known = view.baseline(self._me)
+                self._known = view.baseline(self._me, self._joined_with)
                 self._known_kind = view.kind
                 logger.debug(
                     "group %r after this member joined: %d member(s), type %s",

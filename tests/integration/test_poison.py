@@ -6,11 +6,12 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, DeserializingConsumer, Message
+from confluent_kafka import Consumer, DeserializingConsumer, Message, TopicPartition
 from confluent_kafka.error import ValueDeserializationError
 from confluent_kafka.serialization import SerializationContext
 
@@ -467,18 +468,30 @@ def test_a_rebalance_mid_retry_ends_the_retries_and_the_new_owner_gets_the_recor
     a = SafeConsumer(conf, poison=DeadLetter(dlq, retries=40, backoff=0.1, max_backoff=0.25))
     b = SafeConsumer(conf, poison=DeadLetter(dlq, retries=0))
     closing.extend([a, b])
-    a.subscribe([topic])
+    # When A's partitions left it, and which partitions B owned while A retried its first record:
+    # what the group did during the retries, not where the partitions sit at the end.
+    left_a: list[tuple[float, set[int]]] = []
+
+    def a_left(_c: Any, partitions: list[TopicPartition]) -> None:
+        left_a.append((time.monotonic(), {tp.partition for tp in partitions}))
+
+    a.subscribe([topic], on_revoke=a_left, on_lost=a_left)
     wait_until(lambda: len(a.assignment()) == 2, timeout=45, what="A owns both", step=lambda: a.poll(0) and None)
     stop = threading.Event()
+    a_retrying = threading.Event()
+    b_owned_while_a_retried: set[int] = set()
 
     def run_b() -> None:
         b.subscribe([topic])
         while not stop.is_set():
             msg = b.poll(0.2)
+            if a_retrying.is_set():
+                b_owned_while_a_retried.update(tp.partition for tp in b.assignment())
             if msg is not None and msg.error() is None:
                 b.handle(msg, fail_bad)
 
     first: list[Message] = []
+    retry_window: list[float] = []
 
     def step() -> None:
         msg = a.poll(0.2)
@@ -486,7 +499,15 @@ def test_a_rebalance_mid_retry_ends_the_retries_and_the_new_owner_gets_the_recor
             return
         if msg.value() == b"bad" and not first:
             first.append(msg)
+            retry_window.append(time.monotonic())
+            a_retrying.set()
             threading.Thread(target=run_b, name="B", daemon=True).start()
+            try:
+                a.handle(msg, fail_bad)
+            finally:
+                a_retrying.clear()
+                retry_window.append(time.monotonic())
+            return
         a.handle(msg, fail_bad)
 
     try:
@@ -507,12 +528,14 @@ def test_a_rebalance_mid_retry_ends_the_retries_and_the_new_owner_gets_the_recor
         assert dead == 2, f"dead-lettered: {origins}; processed {processed}"
         assert origins == [(0, 0), (1, 0)], "each failing record dead-lettered exactly once"
         assert seen == [(0, 1), (0, 2), (1, 1), (1, 2)]
-    moved = first[0].partition() in {tp.partition for tp in b.assignment()}
+    partition = first[0].partition()
     stopped = [r for r in caplog.records if "stopped retrying" in r.getMessage()]
-    if moved:
-        assert stopped, "A kept retrying a record of a partition it no longer owned"
-    else:
-        assert not stopped
+    if partition in b_owned_while_a_retried:
+        assert stopped, "A kept retrying a record of a partition B owned"
+    if stopped:
+        began, ended = retry_window
+        left = [at for at, parts in left_a if partition in parts and began <= at <= ended]
+        assert left, f"A stopped retrying a partition it never lost while retrying: {left_a} in {retry_window}"
 
 
 def test_skip_a_processing_failure(

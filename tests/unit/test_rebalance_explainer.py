@@ -165,6 +165,28 @@ def test_members_learnt_in_a_stable_group_are_kept_whatever_they_own() -> None:
     explainer.close()
 
 
+@pytest.mark.parametrize(("mine", "known"), [(1, {"me", "b"}), (2, {"me", "b", "c"})])
+def test_a_stable_answer_of_a_later_generation_leaves_out_members_owning_nothing(mine: int, known: set[str]) -> None:
+    """Described late (a loaded machine), the group is stable again after a peer joined: a
+    cooperative group's first round gave this member fewer partitions than it joined with, and
+    the peer none yet. This member's callback for that round has not come: the peer is left out,
+    so the next rebalance names it. The same answer with this member's assignment unchanged is
+    the generation it joined: every member is kept (an idle one owns nothing)."""
+    learnt = _view("STABLE", "me", "b", "c")
+    learnt = GroupView(learnt.state, learnt.members, owning=frozenset({"me", "b"}), sizes={"me": mine, "b": 1, "c": 0})
+    group = Group(learnt, _view("STABLE", "me", "b", "c"))
+    explainer, telemetry = _explainer(group)  # this member joined with 2 partitions
+    _joined(explainer)
+    assert explainer._known is not None and set(explainer._known) == known
+    explainer.callback("revoked", None)
+    wait_until(lambda: bool(telemetry.explained), timeout=5, what="the rebalance explained")
+    if known == {"me", "b"}:
+        assert telemetry.explained == [("peer_joined", ["joined member c (client.id client-c, host /10.0.0.1)"])]
+    else:
+        assert telemetry.explained == [("assignment_changed", [])]
+    explainer.close()
+
+
 def test_an_assignment_after_an_explained_revocation_completes_that_rebalance() -> None:
     """Eager's second half, or cooperative's second round, arriving after the first was explained:
     the group is described again, and with the same members it is the same rebalance."""
