@@ -30,6 +30,8 @@ check: $(STAMP)
 ## needed, even where an engine runs; the container path has its own target). The tests run in
 ## TEST_WORKERS processes, each with its own brokers; those marked serial (timing-sensitive
 ## stimuli, CPU-heavy jobs) then run alone. Both phases always run; either failing fails the target.
+## A worker that dies (a test past its timeout) ends the parallel phase: xdist's replacement
+## worker under --dist loadgroup was seen waiting forever for work.
 TEST_WORKERS ?= 4
 test: $(STAMP) browser
 	$(PY) -m ruff check .
@@ -37,7 +39,7 @@ test: $(STAMP) browser
 	$(PY) -m mypy
 	status=0; \
 	SAFECONSUMER_BROKER=local $(PY) -m pytest --ignore=tests/container -m "not serial" \
-		-n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || status=$$?; \
+		-n $(TEST_WORKERS) --dist loadgroup --max-worker-restart=0 $(PYTEST_ARGS) || status=$$?; \
 	SAFECONSUMER_BROKER=local $(PY) -m pytest --ignore=tests/container -m serial $(PYTEST_ARGS) || status=$$?; \
 	exit $$status
 
