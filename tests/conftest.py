@@ -37,6 +37,10 @@ BROKER_FIXTURES = frozenset(
 OVERRIDE_BROKER_FIXTURES = frozenset({"kafka_broker_factory", "full_group_kafka", "secured_broker", "secured_kafka"})
 
 
+# tryfirst: xdist's worker reads the xdist_group marks in its own pytest_collection_modifyitems, and
+# a plugin registered after this conftest runs first; marks added after it read them group nothing
+# (measured: each worker started its own secured and full-group brokers).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
