@@ -61,7 +61,6 @@ def description_fields(group: Any) -> dict[str, Any]:
             "client_id": m.client_id,
             "host": m.host,
             "instance_id": m.group_instance_id,
-            "owning": bool(m.assignment and m.assignment.topic_partitions),
             "partitions": len(m.assignment.topic_partitions or []) if m.assignment else 0,
         }
         for m in group.members or []

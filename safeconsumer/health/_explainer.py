@@ -288,7 +288,7 @@ def view_of(fields: Mapping[str, Any]) -> GroupView:
     return GroupView(
         fields["state"],
         {m["member_id"]: Member(m["member_id"], m["client_id"], m["host"], m["instance_id"]) for m in members},
-        frozenset(m["member_id"] for m in members if m["owning"]),
+        frozenset(m["member_id"] for m in members if m["partitions"]),
         kind=fields["kind"],
         assignor=fields["assignor"],
         sizes={m["member_id"]: m["partitions"] for m in members},
