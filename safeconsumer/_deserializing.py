@@ -64,10 +64,14 @@ class SafeDeserializingConsumer(DeserializingConsumer, _Options):  # type: ignor
         while True:
             left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                return DeserializingConsumer.poll(self, left)
+                message = DeserializingConsumer.poll(self, left)
             except (KeyDeserializationError, ValueDeserializationError) as exc:
                 if exc.kafka_message is None:
                     raise
                 handler.deserialization_failed(exc, exc.kafka_message)
+            else:
+                if message is not None and message.error() is None:
+                    handler.passed(1)
+                return message
             if deadline is not None and time.monotonic() >= deadline:
                 return None

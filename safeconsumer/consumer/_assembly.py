@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from ..health._explainer import GroupDescriber, RebalanceExplainer, admin_config
 from ..health._memory import ConsumerBudget, parse_budget
-from ..poison._policy import DeadLetterWriter, PoisonHandler, PoisonPolicy, check_policy
+from ..poison._policy import DeadLetterWriter, PartitionBounds, PoisonHandler, PoisonPolicy, check_policy
 from ._auth import AuthWatch, ErrorTap
 from ._client import RawClient
 from ._delivery import DeliveryGate
@@ -297,7 +297,9 @@ def assemble(consumer: Consumer, settings: Settings) -> Parts:
         counted=telemetry.poisoned,
         # Owned, or revoked by an eager rebalance that may still give it back (limbo): only a
         # partition that left for good ends the retries (its next owner then reads the record).
-        owns=lambda msg: (msg.topic(), msg.partition()) in table.owned or (msg.topic(), msg.partition()) in table.limbo,
+        bounds=PartitionBounds(
+            lambda msg: (msg.topic(), msg.partition()) in table.owned or (msg.topic(), msg.partition()) in table.limbo
+        ),
     )
     return Parts(
         lock, life, ledger, table, client, gate, telemetry, explainer, rebalancer, reader, offsets, keeper, poison

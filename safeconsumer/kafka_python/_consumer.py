@@ -385,6 +385,7 @@ class KafkaConsumer:
         by_key: dict[_Key, list[Any]] = {}
         kd, vd = self._key_deser, self._value_deser
         poison = self._poison
+        judged = 0  # records up to here counted toward the poison policy's ratio limit
         for i, msg in enumerate(msgs):
             try:
                 if msg.error() is not None:
@@ -396,6 +397,8 @@ class KafkaConsumer:
                     if poison.policy is None:
                         raise
                     # Skipped or dead-lettered: handed out, stored once the application comes back.
+                    poison.passed(i - judged)
+                    judged = i + 1
                     poison.deserialization_failed(exc, msg)
                     continue
             except DeadLetterError:
@@ -414,6 +417,8 @@ class KafkaConsumer:
             if batch is None:
                 batch = by_key[key] = out[TopicPartition(*key)] = []
             batch.append(converted)
+        if poison.policy is not None:
+            poison.passed(len(msgs) - judged)
         self._held = msgs
         consumed = self._consumed
         for key, batch in by_key.items():

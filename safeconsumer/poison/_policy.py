@@ -11,8 +11,16 @@ A policy is a typed keyword option of the consumer (``poison=``), the same under
   only once the broker acknowledged that write does the record count as processed, so its offset
   may be stored (I8). A write that fails gives the record back (it and what was handed out after
   it are delivered again) and raises :class:`DeadLetterError`: a record is never lost between the
-  two topics. Past ``max_dead_letters`` within ``window`` seconds the consumer stops with
-  :class:`PoisonLimitError` instead of draining a topic into its dead-letter topic.
+  two topics. When more than ``max_dead_letter_ratio`` of the last ``ratio_of`` records the policy
+  judged were dead-lettered (a broken deployment: most recent records failing), the consumer stops
+  with :class:`PoisonLimitError` instead of draining a topic into its dead-letter topic; a healthy
+  consumer draining a backlog of any size at any speed, with a few poison records in it, never
+  trips it. ``max_dead_letters`` within ``window`` seconds adds a count per time, off by default.
+
+How long retries may go on is the consumer's to say (:class:`RetryBounds`): a consumer-group member
+retries while it owns the record's partition (:class:`PartitionBounds`); a share consumer while the
+next attempt fits in the record's acquisition lock (``safeconsumer.share``), and it settles what the
+application finished before any wait the policy starts (:meth:`RetryBounds.before_wait`).
 
 Deserialization failures reach :meth:`PoisonHandler.deserialization_failed` (from
 ``SafeDeserializingConsumer.poll()``); processing failures come through
@@ -44,7 +52,7 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -60,7 +68,9 @@ __all__ = [
     "DeadLetterError",
     "DeadLetterWriter",
     "PoisonHandler",
+    "PartitionBounds",
     "PoisonLimitError",
+    "RetryBounds",
     "Skip",
 ]
 
@@ -84,8 +94,15 @@ class DeadLetter:
     :param retries: processing attempts after the first failed one (``handle()`` only; a record
         that cannot be deserialized is dead-lettered at once: trying again gives the same bytes).
     :param backoff: seconds before the first retry, doubled each time up to ``max_backoff``, jittered.
+    :param max_dead_letter_ratio: the consumer stops (:class:`PoisonLimitError`) when more than this
+        share of the last ``ratio_of`` records the policy judged were dead-lettered: a handler
+        failing everything stops it after ``ratio_of * max_dead_letter_ratio`` records; a healthy
+        consumer with a few poison records in any backlog, at any speed, never trips it. ``None``: no
+        ratio limit.
+    :param ratio_of: how many of the most recent records the ratio is judged over.
     :param max_dead_letters: at most this many records dead-lettered within ``window`` seconds;
-        one more stops the consumer (:class:`PoisonLimitError`). ``None``: no limit.
+        one more stops the consumer. ``None`` (the default): no count limit. A count per time also
+        stops a healthy consumer draining a backlog fast: prefer the ratio.
     :param producer_config: settings for the dead-letter producer on top of the consumer's
         connection settings (``bootstrap.servers``, security), e.g. another cluster's address.
     :param timeout: seconds to wait for the broker's acknowledgement of one write.
@@ -95,8 +112,10 @@ class DeadLetter:
     retries: int = 3
     backoff: float = 0.5
     max_backoff: float = 30.0
-    max_dead_letters: int | None = 100
+    max_dead_letters: int | None = None
     window: float = 60.0
+    max_dead_letter_ratio: float | None = 0.5
+    ratio_of: int = 100
     producer_config: Mapping[str, Any] = field(default_factory=dict)
     timeout: float = 30.0
 
@@ -115,6 +134,13 @@ class DeadLetter:
             or self.max_dead_letters < 1
         ):
             raise ValueError(f"DeadLetter.max_dead_letters must be an int >= 1 or None, got {self.max_dead_letters!r}")
+        ratio = self.max_dead_letter_ratio
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio < 1):
+            raise ValueError(
+                f"DeadLetter.max_dead_letter_ratio must be a number between 0 and 1 or None, got {ratio!r}"
+            )
+        if isinstance(self.ratio_of, bool) or not isinstance(self.ratio_of, int) or self.ratio_of < 1:
+            raise ValueError(f"DeadLetter.ratio_of must be an int >= 1, got {self.ratio_of!r}")
 
 
 PoisonPolicy = Skip | DeadLetter | None
@@ -197,15 +223,64 @@ class DeadLetterWriter:
             producer.poll(0)
 
 
+class RetryBounds:
+    """How long a record's retries may go on, and what comes first: the consumer's to say.
+
+    :meth:`may_retry` is asked before each wait (``wait`` seconds, then an attempt about as long as
+    the last one, ``attempt`` seconds); once it says no, :meth:`stopped` says where the record goes:
+    somewhere else (True: the handler's caller gets None, nothing is dead-lettered) or to the
+    dead-letter topic now (False). :meth:`before_wait` runs before the policy's first wait and before
+    a dead-letter write. :meth:`attempts_before` counts attempts made before this delivery.
+    """
+
+    def may_retry(self, message: Message, wait: float, attempt: float) -> bool:
+        return True
+
+    def stopped(self, message: Message, attempts: int) -> bool:
+        return False
+
+    def before_wait(self) -> None:
+        return None
+
+    def attempts_before(self, message: Message) -> int:
+        return 0
+
+
+class PartitionBounds(RetryBounds):
+    """A consumer-group member retries while the record's partition is its own (``owns``); once it
+    left, its next owner reads the record."""
+
+    def __init__(self, owns: Callable[[Message], bool]) -> None:
+        self._owns = owns
+
+    def may_retry(self, message: Message, wait: float, attempt: float) -> bool:
+        return self._owns(message)
+
+    def stopped(self, message: Message, attempts: int) -> bool:
+        logger.info(
+            "stopped retrying %s [%s] at offset %s after %d attempt(s): the partition was revoked; "
+            "its next owner reads the record",
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            attempts,
+        )
+        return True
+
+
 class PoisonHandler:
     """One consumer's poison policy at work.
 
     Called by the facade's ``handle()`` and by ``SafeDeserializingConsumer.poll()`` on the
     application's thread. It reaches the rest of the consumer only through what it was built with:
-    ``writer`` (the dead-letter producer), ``give_back`` (the table takes back the record and what
+    ``writer`` (the dead-letter producer), ``give_back`` (the consumer takes back the record and what
     was handed out after it), ``keepalive`` (the keepalive block, around retries), ``fail`` (the
-    fatal stop), ``counted`` (telemetry) and ``owns`` (whether the record's partition is still ours,
-    or may come back: an eager rebalance revokes everything first).
+    fatal stop), ``counted`` (telemetry) and ``bounds`` (how long retries may go on: :class:`RetryBounds`).
+
+    The ratio limit counts the records the policy judged: each ``handle()`` that ended (the handler
+    returned, or the record was skipped or dead-lettered; a record the bounds sent elsewhere is
+    judged where it goes next), each record that could not be deserialized, and, until the first
+    ``handle()``, the records the deserializing consumers handed out (:meth:`passed`).
     """
 
     def __init__(
@@ -218,7 +293,7 @@ class PoisonHandler:
         keepalive: Callable[[], contextlib.AbstractContextManager[None]],
         fail: Callable[[FatalConsumerError, KafkaError], None],
         counted: Callable[[str, str], None],
-        owns: Callable[[Message], bool],
+        bounds: RetryBounds,
     ) -> None:
         self.policy = policy
         self._group_id = group_id
@@ -227,56 +302,76 @@ class PoisonHandler:
         self._keepalive = keepalive
         self._fail = fail
         self._counted = counted
-        self._owns = owns
+        self._bounds = bounds
         self._recent: deque[float] = deque()  # monotonic times of recent dead-letter writes
+        #: Records judged so far (see the class), and the value it had at each recent dead letter.
+        self._judged = 0
+        self._dead_at: deque[int] = deque()
+        self._handles = False
         #: Records skipped and dead-lettered so far.
         self.skipped = 0
         self.dead_lettered = 0
 
     # -- the two kinds of failure -----------------------------------------------------------------
+    def passed(self, records: int) -> None:
+        """``records`` were deserialized and handed out (a deserializing consumer's poll): they count
+        toward the ratio limit until the application uses ``handle()``, which judges them itself."""
+        if not self._handles:
+            self._judged += records
+
     def deserialization_failed(self, exc: Exception, message: Message) -> None:
         """A record that could not be deserialized: skipped or dead-lettered at once (its bytes will
         not change), or, with no policy, ``exc`` raised."""
         policy = self.policy
         if policy is None:
             raise exc
+        self._judged += 1
         if isinstance(policy, Skip):
             self._skip(message, exc, "deserialize")
             return
         self._dead_letter(policy, message, exc, "deserialize", attempts=1)
 
     def handle(self, message: Message, handler: Callable[[Message], _T]) -> _T | None:
-        """``handler(message)`` under the policy: its result, or None once the record was skipped or
-        dead-lettered. The first attempt runs as it is (no cost on the happy path); retries wait,
-        with tenacity's jittered exponential backoff, inside the consumer's keepalive block. A
-        rebalance that takes the record's partition away ends the retries: the record is neither
-        dead-lettered nor stored here, its next owner reads it (None is returned)."""
+        """``handler(message)`` under the policy: its result, or None once the record was skipped,
+        dead-lettered or sent elsewhere by the bounds. The first attempt runs as it is (no cost on
+        the happy path); retries wait, with tenacity's jittered exponential backoff, inside the
+        consumer's keepalive block, while the bounds allow the next attempt."""
         policy = self.policy
         if policy is None:
             return handler(message)
+        self._handles = True
+        began = time.monotonic()
         try:
-            return handler(message)
+            result = handler(message)
         except Exception as first:  # noqa: BLE001 - the application's handler: the policy decides
             failure: Exception = first
+        else:
+            self._judged += 1
+            return result
         if not isinstance(policy, DeadLetter):
+            self._judged += 1
             self._skip(message, failure, "process")
             return None
-        attempts = 1
-        if policy.retries:
+        plan = _Plan(self._bounds, policy, message, time.monotonic() - began)
+        if plan.retries and plan.allows(policy.backoff):
             from tenacity import Retrying
 
+            self._bounds.before_wait()
             try:
                 with self._keepalive():
                     time.sleep(policy.backoff)  # tenacity waits between its own attempts, not before the first
-                    for attempt in Retrying(**self._retry_plan(policy, message)):
-                        with attempt:
-                            attempts += 1
-                            return handler(message)
+                    for attempt in Retrying(**plan.tenacity()):
+                        with attempt, plan.timed():
+                            result = handler(message)
+                            self._judged += 1
+                            return result
             except Exception as exc:  # noqa: BLE001 - as above: the last attempt's error is dead-lettered
                 failure = exc
-            if self._revoked(message, attempts):
-                return None
-        self._dead_letter(policy, message, failure, "process", attempts=attempts)
+        if plan.cut_short and self._bounds.stopped(message, plan.attempts):
+            return None
+        self._judged += 1
+        self._bounds.before_wait()
+        self._dead_letter(policy, message, failure, "process", attempts=plan.attempts)
         return None
 
     async def handle_async(
@@ -285,66 +380,56 @@ class PoisonHandler:
         handler: Callable[[Message], Any],
         *,
         keepalive: Callable[[], contextlib.AbstractAsyncContextManager[None]],
-        run: Callable[[Callable[[], None]], Awaitable[None]],
+        run: Callable[[Callable[[], Any]], Awaitable[Any]],
     ) -> Any:
         """:meth:`handle` for asyncio (``SafeAIOConsumer.handle``): ``handler`` may be a coroutine
         function; retries wait with ``asyncio.sleep`` inside ``keepalive()`` (the consumer's ``async
-        with`` block); the dead-letter write, which blocks until acknowledged, goes through ``run``
-        (the consumer's executor), so the event loop never waits on the broker."""
+        with`` block); what calls the consumer or blocks (the bounds' settling, the dead-letter write,
+        which waits until acknowledged) goes through ``run`` (the consumer's executor), so the event
+        loop never waits on the broker."""
         policy = self.policy
         if policy is None:
             return await _awaited(handler(message))
+        self._handles = True
+        began = time.monotonic()
         try:
-            return await _awaited(handler(message))
+            result = await _awaited(handler(message))
         except Exception as first:  # noqa: BLE001 - the application's handler: the policy decides
             failure: Exception = first
+        else:
+            self._judged += 1
+            return result
         if not isinstance(policy, DeadLetter):
+            self._judged += 1
             self._skip(message, failure, "process")
             return None
-        attempts = 1
-        if policy.retries:
+        plan = _Plan(self._bounds, policy, message, time.monotonic() - began)
+        bounds = self._bounds
+        if plan.retries and await _asked(run, lambda: plan.allows(policy.backoff)):
             from tenacity import AsyncRetrying
 
+            await run(bounds.before_wait)
             try:
                 async with keepalive():
                     await asyncio.sleep(policy.backoff)
-                    async for attempt in AsyncRetrying(**self._retry_plan(policy, message)):
-                        with attempt:
-                            attempts += 1
-                            return await _awaited(handler(message))
+                    async for attempt in AsyncRetrying(**plan.tenacity()):
+                        with attempt, plan.timed():
+                            result = await _awaited(handler(message))
+                            self._judged += 1
+                            return result
             except Exception as exc:  # noqa: BLE001 - as above
                 failure = exc
-            if self._revoked(message, attempts):
-                return None
+        if plan.cut_short and await _asked(run, lambda: bounds.stopped(message, plan.attempts)):
+            return None
+        self._judged += 1
         final = failure
-        await run(lambda: self._dead_letter(policy, message, final, "process", attempts=attempts))
+
+        def dead_letter() -> None:
+            bounds.before_wait()
+            self._dead_letter(policy, message, final, "process", attempts=plan.attempts)
+
+        await run(dead_letter)
         return None
-
-    def _retry_plan(self, policy: DeadLetter, message: Message) -> dict[str, Any]:
-        """tenacity's arguments for the retries after the first failure: at most ``policy.retries``
-        attempts, none once the record's partition left, jittered exponential waits."""
-        from tenacity import stop_after_attempt, stop_any, wait_exponential, wait_random
-
-        return {
-            "stop": stop_any(stop_after_attempt(policy.retries), cast(Any, lambda _state: not self._owns(message))),
-            "wait": wait_exponential(multiplier=policy.backoff, min=2 * policy.backoff, max=policy.max_backoff)
-            + wait_random(0, policy.backoff),
-            "reraise": True,
-        }
-
-    def _revoked(self, message: Message, attempts: int) -> bool:
-        """Whether the retries ended because the record's partition left this consumer (logged)."""
-        if self._owns(message):
-            return False
-        logger.info(
-            "stopped retrying %s [%s] at offset %s after %d attempt(s): the partition was revoked; "
-            "its next owner reads the record",
-            message.topic(),
-            message.partition(),
-            message.offset(),
-            attempts,
-        )
-        return True
 
     # -- outcomes --------------------------------------------------------------------------------
     def _skip(self, message: Message, exc: Exception, stage: str) -> None:
@@ -382,6 +467,20 @@ class PoisonHandler:
         self._check_limit(policy)
 
     def _check_limit(self, policy: DeadLetter) -> None:
+        """Stop the consumer when the dead letters say the deployment is broken (see :class:`DeadLetter`)."""
+        ratio = policy.max_dead_letter_ratio
+        if ratio is not None:
+            dead_at = self._dead_at
+            dead_at.append(self._judged)
+            oldest = self._judged - policy.ratio_of
+            while dead_at and dead_at[0] <= oldest:
+                dead_at.popleft()
+            if len(dead_at) > ratio * policy.ratio_of:
+                self._stop(
+                    f"{len(dead_at)} of the last {min(self._judged, policy.ratio_of)} records were dead-lettered to "
+                    f"{policy.topic!r} (DeadLetter.max_dead_letter_ratio={ratio:g} of ratio_of={policy.ratio_of}); "
+                    "the consumer stopped instead of draining its topics: most recent records fail"
+                )
         limit = policy.max_dead_letters
         if limit is None:
             return
@@ -391,16 +490,71 @@ class PoisonHandler:
         while recent and recent[0] < now - policy.window:
             recent.popleft()
         if len(recent) > limit:
-            text = (
+            self._stop(
                 f"{len(recent)} records dead-lettered to {policy.topic!r} within {policy.window:.0f}s "
                 f"(DeadLetter.max_dead_letters={limit}); the consumer stopped instead of draining its topics"
             )
-            err = KafkaError(KafkaError._FAIL, text)
-            self._fail(PoisonLimitError(text, kafka_error=err, group_id=self._group_id), err)
+
+    def _stop(self, text: str) -> None:
+        err = KafkaError(KafkaError._FAIL, text)
+        self._fail(PoisonLimitError(text, kafka_error=err, group_id=self._group_id), err)
 
     def close(self) -> None:
         """Called by the facade's close(): what the dead-letter producer still holds is flushed."""
         self._writer.close()
+
+
+class _Plan:
+    """The retries of one failed record: how many are left, whether the bounds allow the next one,
+    and how long the last attempt took (the next one is judged to take as long)."""
+
+    def __init__(self, bounds: RetryBounds, policy: DeadLetter, message: Message, first: float) -> None:
+        self._bounds = bounds
+        self._message = message
+        self._backoff = policy.backoff
+        self._max_backoff = policy.max_backoff
+        #: Attempts made, this delivery's first included (earlier deliveries count, see RetryBounds).
+        before = bounds.attempts_before(message)
+        self.attempts = 1 + before
+        self.retries = max(0, policy.retries - before)
+        self._last = first
+        #: The bounds ended the retries (not the policy's count, not success).
+        self.cut_short = False
+
+    def allows(self, wait: float) -> bool:
+        if self._bounds.may_retry(self._message, wait, self._last):
+            return True
+        self.cut_short = True
+        return False
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        began = time.monotonic()
+        self.attempts += 1
+        try:
+            yield
+        finally:
+            self._last = time.monotonic() - began
+
+    def tenacity(self) -> dict[str, Any]:
+        """tenacity's arguments for the retries after the first wait: at most :attr:`retries`
+        attempts, none once the bounds say no, jittered exponential waits."""
+        from tenacity import RetryCallState, stop_after_attempt, stop_any, wait_exponential, wait_random
+
+        def bounded(state: RetryCallState) -> bool:
+            return not self.allows(state.upcoming_sleep)
+
+        return {
+            "stop": stop_any(stop_after_attempt(self.retries), cast(Any, bounded)),
+            "wait": wait_exponential(multiplier=self._backoff, min=2 * self._backoff, max=self._max_backoff)
+            + wait_random(0, self._backoff),
+            "reraise": True,
+        }
+
+
+async def _asked(run: Callable[[Callable[[], Any]], Awaitable[Any]], question: Callable[[], bool]) -> bool:
+    answer: bool = await run(question)
+    return answer
 
 
 async def _awaited(result: Any) -> Any:

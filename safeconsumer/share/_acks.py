@@ -16,10 +16,13 @@ import itertools
 import logging
 import threading
 import time
+import weakref
+from collections.abc import Callable
 from typing import cast
 
 from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaException, Message, ShareConsumer
 
+from ..poison._policy import RetryBounds
 from ._batch import Batch, is_record
 from ._group import GroupLook
 from ._overruns import Overruns
@@ -50,6 +53,8 @@ class Acknowledgements(ShareConsumer):
     _look: GroupLook
     _telemetry: ShareTelemetry
     _overruns: Overruns
+    #: The application's thread is inside ``handle()`` (set by the consumer around the handler).
+    _in_handle: bool
     #: Records given back before their locks ran out because the application had not reached them.
     released_early: int
 
@@ -61,23 +66,68 @@ class Acknowledgements(ShareConsumer):
         with self._lock:  # the watch's releases (implicit mode) call librdkafka too: never both at once
             super().acknowledge(message, ack_type)
         batch.settled.add(id(message))
-        if ack_type == AcknowledgeType.ACCEPT:
-            batch.accepted.add(id(message))
+        if ack_type != AcknowledgeType.RELEASE:
+            batch.unsent.append(message)
         self._telemetry.acknowledged(_ACK_NAMES[ack_type])
 
     def _release(self, batch: Batch, records: list[Message], *, sync: bool = False) -> None:
-        """Release records now (sent at once: ``commit_async()``, or ``commit_sync()`` with ``sync``).
-        A record no longer in flight (acknowledged and sent) is left as it is."""
-        if not records:
+        """Release records now, and send them with every acknowledgement made so far (at once:
+        ``commit_async()``, or ``commit_sync()`` with ``sync``). A record no longer in flight
+        (acknowledged and sent) is left as it is."""
+        if not records and not batch.unsent:
             return
         for message in records:
             with contextlib.suppress(*_NOT_IN_FLIGHT):
                 super().acknowledge(message, AcknowledgeType.RELEASE)
         batch.settled.update(map(id, records))
-        self._telemetry.acknowledged("release", len(records))
+        if records:
+            self._telemetry.acknowledged("release", len(records))
+        self._sending(batch, in_hand=True)
         if sync:
             super().commit_sync(10.0)
         else:
+            super().commit_async()
+
+    def _sending(
+        self, batch: Batch, accepted: list[Message] | None = None, *, stays: bool = True, in_hand: bool = False
+    ) -> None:
+        """The batch's acknowledgements go to the broker now (a poll, a commit, a release, close()),
+        with ``accepted`` (implicit mode: the records accepted as the application came back). Those
+        of records processed (accepted or rejected, by the consumer or by the application) whose lock
+        ran out are lock overruns (:class:`._overruns.Overruns`); a release never is one. ``stays``:
+        the batch is still the application's after this send (not a poll's). ``in_hand``: the
+        consumer sends on its own while the application works on the last record it was handed
+        (explicit mode: its acknowledgement is still to come, the earlier ones went with this send)."""
+        now = time.monotonic()
+        if now > batch.lock_end:
+            late = batch.unsent + (accepted or [])
+            if not self._implicit:  # what the application acknowledged itself since the last send
+                late += [m for m in batch.handed_out() if id(m) not in batch.sent]
+            if late:
+                self._overruns.add(late, now - batch.at)
+        if batch.unsent:
+            batch.unsent = []
+        if stays and not self._implicit:
+            handed = batch.handed_out()
+            batch.sent.update(map(id, handed[:-1] if in_hand else handed))
+
+    def _send_now(self) -> None:
+        """Send what the application finished and what was cut, now: before a wait the consumer
+        starts itself (a retry's backoff, a dead-letter write), and once the batch is past its
+        release point, so that no acknowledgement waits for a ``poll()`` that comes after its lock."""
+        batch = self._batch
+        if batch is None or self._closed:
+            return
+        with self._lock:
+            self._send_pending(batch)
+
+    def _send_pending(self, batch: Batch) -> None:
+        """Release what was cut and send every acknowledgement made (explicit mode: the
+        application's own too), under the consumer's lock."""
+        if batch.pending:
+            self._flush_pending(batch)  # sends everything with the releases
+        elif batch.unsent or not self._implicit:
+            self._sending(batch, in_hand=True)
             super().commit_async()
 
     def _flush_pending(self, batch: Batch) -> None:
@@ -99,12 +149,17 @@ class Acknowledgements(ShareConsumer):
         )
 
     def _flush_from_watch(self, batch: Batch) -> None:
-        """Implicit mode: the watch cut the batch; released now unless the application is inside a
-        call of the consumer (then at that call's next start)."""
-        if batch is not self._batch or self._closed or not self._lock.acquire(blocking=False):
+        """The watch reached the batch's release point (it cut the batch, or the consumer accepted
+        records that are not sent yet): released and sent now, unless the application is inside a
+        call of the consumer (then at that call's start). In explicit mode only while the
+        application is inside ``handle()``: it calls nothing of its own then (``_handled`` waits for
+        this send), while elsewhere it may be inside upstream's ``acknowledge()``."""
+        # A moment's wait: the application's thread may be settling a record (it holds the lock briefly).
+        if batch is not self._batch or self._closed or not self._lock.acquire(timeout=0.05):
             return
         try:
-            self._flush_pending(batch)
+            if self._implicit or self._in_handle:
+                self._send_pending(batch)
         finally:
             self._lock.release()
 
@@ -114,34 +169,26 @@ class Acknowledgements(ShareConsumer):
             try:
                 batch.cut()
                 if batch is self._batch:
-                    self._flush_pending(batch)
+                    self._send_pending(batch)
             except Exception as exc:  # noqa: BLE001 - the records' locks then run out: they come back all the same
                 logger.warning("giving back unreached records failed: %s", exc)
 
     def _came_back(self, *, accept: bool, committing: bool = False) -> None:
         """The application called ``poll()`` or ``commit_*()``: what was cut is released; in implicit
-        mode every record it was handed is accepted (upstream accepts the whole batch then); a batch
-        whose locks ran out before its acknowledgements go is reported (:class:`._overruns.Overruns`)."""
+        mode every record it was handed is accepted (upstream accepts the whole batch then); the
+        acknowledgements about to be sent that go after their lock are reported (:meth:`_sending`)."""
         batch = self._batch
         if batch is None:
             return
         if batch.pending:
             self._flush_pending(batch)
+        accepted = None
         if accept:
-            records = batch.unsettled()
-            self._accept_all(records)
+            accepted = batch.unsettled()
+            self._accept_all(accepted)
             batch.settle_all()
-            self._telemetry.acknowledged("accept", len(records))
-        now = time.monotonic()
-        if now > batch.lock_end and not batch.committed_in_time:
-            if accept:
-                late = [m for m in batch.records if is_record(m)]
-            else:  # what the application acknowledged, and what handle() accepted for it
-                late = batch.handed_out() + [m for m in batch.records if id(m) in batch.accepted]
-            self._overruns.add(late, now - batch.at)
-            batch.committed_in_time = True  # said once per batch
-        elif committing:
-            batch.committed_in_time = True
+            self._telemetry.acknowledged("accept", len(accepted))
+        self._sending(batch, accepted, stays=committing)
         self._overruns.say(self._look.settings.lock_seconds)
 
     def _accept_all(self, records: list[Message]) -> None:
@@ -158,13 +205,82 @@ class Acknowledgements(ShareConsumer):
                     acknowledge(self, message, accepted)
 
     def _release_at_close(self) -> None:
+        """close(): what the application finished is sent (``handle()``'s acceptances, explicit
+        mode's own acknowledgements first: none is overridden), the rest released, and the
+        acknowledgements that went after their lock reported."""
         batch = self._batch
         if batch is None:
             return
         if not self._implicit:
-            super().commit_sync(10.0)  # the application's own acknowledgements go first: none is overridden
+            self._sending(batch)
+            super().commit_sync(10.0)
+        with batch.lock:
+            del batch.pending[:]  # released with the rest, now
         self._release(batch, batch.unsettled(), sync=True)
 
-    def _still_locked(self, message: Message) -> bool:
+    def _release_for_redelivery(self, message: Message, attempts: int) -> bool:
+        """The next attempt at ``message`` would not fit in its lock (the poison policy's retries):
+        it goes back to the group now, and its redelivery is the next attempt, unless this was its
+        last delivery (False: the policy dead-letters it now)."""
+        limit = self._look.settings.delivery_limit
+        count = message.delivery_count() or 1
+        if count >= limit:
+            return False
+        self._settle(message, AcknowledgeType.RELEASE)
+        self._send_now()
+        self._telemetry.released_early(1, "retry")
+        logger.info(
+            "share group %r: released %s [%s] at offset %s after %d attempt(s) for redelivery: its next attempt "
+            "would not end within the %.1f s acquisition lock it holds (with the rest of its batch); it was "
+            "delivery %d of the group's limit of %d",
+            self._group,
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            attempts,
+            self._look.settings.lock_seconds,
+            count,
+            limit,
+        )
+        return True
+
+    def _may_retry(self, message: Message, wait: float, attempt: float) -> bool:
+        """Whether the poison policy may retry ``message`` after ``wait`` seconds (see :meth:`Batch.fits`)."""
         batch = self._batch
-        return batch is not None and time.monotonic() < batch.lock_end
+        return batch is not None and not self._closed and batch.fits(wait, attempt)
+
+
+class LockBounds(RetryBounds):
+    """A share consumer's bounds on the poison policy's retries (:class:`RetryBounds`): a record is
+    retried while the next attempt, and the records of its batch still waiting, end before the
+    batch's release point (:attr:`Batch.release_at`: :data:`._batch.RELEASE_AT` of the lock, or of
+    ``max.poll.interval.ms`` when shorter); then it is released for redelivery (the delivery count is
+    the counter), or dead-lettered on its last delivery. What the application finished is sent
+    before any wait. Holds the consumer weakly (S8)."""
+
+    def __init__(
+        self,
+        *,
+        may_retry: weakref.WeakMethod[Callable[[Message, float, float], bool]],
+        release: weakref.WeakMethod[Callable[[Message, int], bool]],
+        send: weakref.WeakMethod[Callable[[], None]],
+    ) -> None:
+        self._may = may_retry
+        self._release = release
+        self._send = send
+
+    def may_retry(self, message: Message, wait: float, attempt: float) -> bool:
+        may = self._may()
+        return may is not None and may(message, wait, attempt)
+
+    def stopped(self, message: Message, attempts: int) -> bool:
+        release = self._release()
+        return release is None or release(message, attempts)
+
+    def before_wait(self) -> None:
+        send = self._send()
+        if send is not None:
+            send()
+
+    def attempts_before(self, message: Message) -> int:
+        return max(0, (message.delivery_count() or 1) - 1)

@@ -237,7 +237,7 @@ class SafeAIOShareConsumer:
                     result = await handling
             else:
                 result = await handling
-        except Exception:
+        except BaseException:  # a cancelled await too: the record goes back at once (S2)
             await self._run(functools.partial(port.handled, message, before, failed=True))
             raise
         await self._run(functools.partial(port.handled, message, before, failed=False))

@@ -57,14 +57,21 @@ class Batch:
         #: Every record of the batch is acknowledged (implicit mode: all accepted at once, see
         #: :meth:`settle_all`); :attr:`settled` is then not kept up.
         self.all_settled = False
-        #: Of those, the ones it accepted (their acknowledgement, sent late, is a lock overrun too).
-        self.accepted: set[int] = set()
+        #: Records the consumer accepted or rejected whose acknowledgements were not sent yet (sent
+        #: after their lock ran out, they are lock overruns; a release never is one).
+        self.unsent: list[Message] = []
+        #: Explicit mode: id() of records handed out before the last send (the application's own
+        #: acknowledgements of them went with it).
+        self.sent: set[int] = set()
+        #: Seconds ``handle()`` spent and how many records it finished: the pace at which the
+        #: application works through the batch (see :meth:`fits`).
+        self.busy = 0.0
+        self.handles = 0
         #: Records cut from :attr:`live`, to be released on the application's thread.
         self.pending: list[Message] = []
-        #: A commit sent this batch's acknowledgements while its locks held.
-        self.committed_in_time = False
         self.lock = threading.Lock()
-        #: Called by the watch after a cut (the consumer releases the records cut, if it may now).
+        #: Called by the watch at :attr:`release_at` after a cut, or with acknowledgements unsent (the
+        #: consumer releases and sends, if it may now).
         self.on_cut: Callable[[Batch], object] | None = None
 
     def position(self) -> int:
@@ -110,6 +117,14 @@ class Batch:
         reached = self.live[:position]
         reached += [m for m in self.live[position:] if id(m) in self.handled]
         return [m for m in reached if id(m) not in self.settled]
+
+    def fits(self, wait: float, attempt: float) -> bool:
+        """Whether a retry of the record in hand, after ``wait`` seconds and taking ``attempt``, and then
+        the records of the batch not reached yet, at the pace ``handle()`` kept, end before
+        :attr:`release_at`: a failing record never holds its neighbours past their locks."""
+        rest = len(self.live) - max(self.position(), len(self.handled))
+        pace = self.busy / self.handles if self.handles else attempt
+        return time.monotonic() + wait + attempt + max(0, rest) * pace <= self.release_at
 
     def unsettled(self) -> list[Message]:
         """Every record of the batch the consumer did not acknowledge itself (error records excluded:
@@ -182,7 +197,7 @@ class Watch:
                     self._cond.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
                 _, _, ref = heapq.heappop(self._heap)
             batch = ref()
-            if batch is not None and batch.cut() and batch.on_cut is not None:
+            if batch is not None and (batch.cut() or batch.unsent) and batch.on_cut is not None:
                 # A failure leaves them pending: the consumer releases them at the application's next call.
                 with contextlib.suppress(Exception):
                     batch.on_cut(batch)

@@ -74,12 +74,12 @@ from .._errors import (
 from ..consumer._lifecycle import FatalPolicy, exit_process
 from ..health._explainer import HELPER_LOG, admin_config
 from ..poison._policy import DeadLetter, DeadLetterWriter, PoisonHandler, check_policy
-from ._acks import Acknowledgements
+from ._acks import Acknowledgements, LockBounds
 from ._batch import RELEASE_AT, WATCH, Batch, SafeMessages, taken_records
 from ._group import STARTS, GroupLook, GroupSettings, Start
 from ._overruns import Overruns
 from ._pause import PauseMarks
-from ._port import SharePort, register
+from ._port import Before, SharePort, register
 from ._telemetry import ShareTelemetry
 
 logger = logging.getLogger("safeconsumer")
@@ -202,7 +202,11 @@ class SafeShareConsumer(Acknowledgements):
             keepalive=lambda: _call(me, "keepalive"),
             fail=lambda fatal, error: _call(me, "_fail", fatal, error),
             counted=telemetry.poisoned,
-            owns=lambda message: bool(_call(me, "_still_locked", message)),
+            bounds=LockBounds(
+                may_retry=weakref.WeakMethod(self._may_retry),
+                release=weakref.WeakMethod(self._release_for_redelivery),
+                send=weakref.WeakMethod(self._send_now),
+            ),
         )
         register(
             self,
@@ -213,12 +217,12 @@ class SafeShareConsumer(Acknowledgements):
                 process=weakref.WeakMethod(self._process_span),
             ),
         )
-        #: Implicit mode: what the watch calls after it cut a batch (one for every batch; weak, as above).
-        self._on_cut: Callable[[Batch], object] | None = None
+        #: What the watch calls at a batch's release point (one for every batch; weak, as above).
+        self._on_cut: Callable[[Batch], object] = lambda cut: _call(me, "_flush_from_watch", cut)
+        self._in_handle = False
         if self._implicit:  # weakly bound: no reference cycle keeps a dropped consumer (S8)
             self.acknowledge = _weak_method(me, "_implicit_acknowledge")  # type: ignore[method-assign]
             self.acknowledge_offset = _weak_method(me, "_implicit_acknowledge_offset")  # type: ignore[method-assign]
-            self._on_cut = lambda cut: _call(me, "_flush_from_watch", cut)
         _say_preview()
 
     # -- the group's settings (._group.GroupLook) -------------------------------------------
@@ -334,7 +338,7 @@ class SafeShareConsumer(Acknowledgements):
                 raise
             if not batch.records:
                 return SafeMessages([], None)
-        # Implicit mode: the application does not call the consumer while it works, the watch may release.
+        # The watch may release and send while the application works without calling the consumer.
         batch.on_cut = self._on_cut
         WATCH.watch(batch)
         self._look.maybe_refresh(batch.at)
@@ -430,16 +434,16 @@ class SafeShareConsumer(Acknowledgements):
                     result = self._poison.handle(message, handler)
             else:
                 result = self._poison.handle(message, handler)
-        except Exception:
+        except BaseException:
             self._handled(message, before, failed=True)
             raise
         self._handled(message, before, failed=False)
         return result
 
-    def _handling(self, message: Message) -> tuple[int, int]:
+    def _handling(self, message: Message) -> Before:
         """Before a handler runs on ``message`` (``handle()``, and SafeAIOShareConsumer's): it is in the
         application's hands; what the watch cut is given back, and the batch is cut if its time came.
-        Returns the policy's counters, for :meth:`_handled`."""
+        Returns the policy's counters and the time, for :meth:`_handled`."""
         if self._fatal is not None:
             raise self._fatal
         self._check_open("handle")
@@ -450,18 +454,28 @@ class SafeShareConsumer(Acknowledgements):
             if time.monotonic() >= batch.release_at:
                 batch.cut()
                 self._flush_pending(batch)
-        return (self._poison.skipped, self._poison.dead_lettered)
+        self._in_handle = True
+        return (self._poison.skipped, self._poison.dead_lettered, time.monotonic())
 
-    def _handled(self, message: Message, before: tuple[int, int], *, failed: bool) -> None:
-        """After the handler: a failure with no policy releases the record; one the policy skipped or
-        dead-lettered is rejected; in explicit mode any other is accepted."""
+    def _handled(self, message: Message, before: Before, *, failed: bool) -> None:
+        """After the handler: what it finished is accepted now, in either mode (``handle()`` returning
+        is the application coming back after that record), and sent at once past the batch's release
+        point; a record the policy skipped or dead-lettered is rejected; one whose handler raised
+        (or was cancelled) and that the policy did not settle is released."""
+        with self._lock:  # a send of the watch's under way ends first (see _flush_from_watch)
+            self._in_handle = False
+        batch = self._batch
+        if batch is not None:
+            batch.busy += time.monotonic() - before[2]
+            batch.handles += 1
         if failed:
-            if self._poison.policy is None:
-                self._settle(message, AcknowledgeType.RELEASE)
-        elif (self._poison.skipped, self._poison.dead_lettered) != before:
+            self._settle(message, AcknowledgeType.RELEASE)
+        elif (self._poison.skipped, self._poison.dead_lettered) != before[:2]:
             self._settle(message, AcknowledgeType.REJECT)
-        elif not self._implicit:
+        else:
             self._settle(message, AcknowledgeType.ACCEPT)
+        if batch is not None and batch is self._batch and time.monotonic() >= batch.release_at:
+            self._send_now()
 
     def _process_span(self, message: Message) -> contextlib.AbstractContextManager[Any]:
         return self._telemetry.process(message)

@@ -47,6 +47,7 @@ class SafeDeserializingShareConsumer(SafeShareConsumer, DeserializingShareConsum
 
     def _withhold(self, batch: Batch) -> None:
         failed = [m for m in batch.records if (e := m.error()) is not None and e.code() in DESERIALIZATION]
+        self._poison.passed(len(batch.records) - len(failed))
         if not failed:
             return
         for message in failed:

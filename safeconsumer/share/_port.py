@@ -16,6 +16,9 @@ from typing import Any
 
 from confluent_kafka import Message
 
+#: What a handler's start leaves for its end: the poison policy's counters, and when it began.
+Before = tuple[int, int, float]
+
 _PORTS: weakref.WeakKeyDictionary[Any, SharePort] = weakref.WeakKeyDictionary()
 
 
@@ -26,7 +29,7 @@ class SharePort:
         self,
         *,
         give_back: weakref.WeakMethod[Callable[[object], int]],
-        handling: weakref.WeakMethod[Callable[[Message], tuple[int, int]]],
+        handling: weakref.WeakMethod[Callable[[Message], Before]],
         handled: weakref.WeakMethod[Callable[..., None]],
         process: weakref.WeakMethod[Callable[[Message], contextlib.AbstractContextManager[Any]]],
     ) -> None:
@@ -40,13 +43,13 @@ class SharePort:
         method = self._give_back()
         return 0 if method is None else method(messages)
 
-    def handling(self, message: Message) -> tuple[int, int]:
+    def handling(self, message: Message) -> Before:
         """Before a handler runs on ``message``; returns what :meth:`handled` needs."""
-        before: tuple[int, int] = _alive(self._handling)(message)
+        before: Before = _alive(self._handling)(message)
         return before
 
-    def handled(self, message: Message, before: tuple[int, int], *, failed: bool) -> None:
-        """After the handler: the record's acknowledgement (release, reject or, explicit mode, accept)."""
+    def handled(self, message: Message, before: Before, *, failed: bool) -> None:
+        """After the handler: the record's acknowledgement (accept, reject or release)."""
         _alive(self._handled)(message, before, failed=failed)
 
     def process(self, message: Message) -> contextlib.AbstractContextManager[Any]:

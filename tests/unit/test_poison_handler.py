@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, Message
 
 from safeconsumer import DeadLetter, PoisonLimitError, Skip
 from safeconsumer._errors import FatalConsumerError
-from safeconsumer.poison._policy import DeadLetterWriter, PoisonHandler
+from safeconsumer.poison._policy import DeadLetterWriter, PartitionBounds, PoisonHandler
 
 
 class Fakes:
@@ -49,7 +49,7 @@ class Fakes:
             keepalive=self.keepalive,
             fail=self.fail,
             counted=lambda outcome, stage: self.counted.append((outcome, stage)),
-            owns=lambda _msg: self.owned,
+            bounds=PartitionBounds(lambda _msg: self.owned),
         )
 
 
@@ -150,3 +150,138 @@ def test_past_the_flood_limit_the_consumer_stops() -> None:
 def test_bad_policies_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="DeadLetter"):
         DeadLetter(**kwargs)
+
+
+class Bounds(PartitionBounds):
+    """Bounds a test steers: whether the next attempt fits, what a cut-short record becomes."""
+
+    def __init__(self, fits: int = 99, *, elsewhere: bool = True, before: int = 0) -> None:
+        super().__init__(lambda _msg: True)
+        self.fits = fits  # how many waits are allowed
+        self.elsewhere = elsewhere
+        self.before = before
+        self.asked: list[float] = []
+        self.stops: list[int] = []
+        self.waits = 0
+
+    def may_retry(self, message: Message, wait: float, attempt: float) -> bool:
+        self.asked.append(wait)
+        return len(self.asked) <= self.fits
+
+    def stopped(self, message: Message, attempts: int) -> bool:
+        self.stops.append(attempts)
+        return self.elsewhere
+
+    def before_wait(self) -> None:
+        self.waits += 1
+
+    def attempts_before(self, message: Message) -> int:
+        return self.before
+
+
+def bounded(fakes: Fakes, policy: Any, bounds: Bounds) -> PoisonHandler:
+    return PoisonHandler(
+        policy,
+        group_id="g",
+        writer=cast(DeadLetterWriter, fakes),
+        give_back=fakes.given_back.append,
+        keepalive=fakes.keepalive,
+        fail=fakes.fail,
+        counted=lambda outcome, stage: fakes.counted.append((outcome, stage)),
+        bounds=bounds,
+    )
+
+
+def test_a_retry_that_would_not_fit_sends_the_record_elsewhere_without_a_dead_letter() -> None:
+    fakes, bounds = Fakes(), Bounds(fits=1)
+    handler = failing(99)
+    assert bounded(fakes, DeadLetter("dlt", retries=5, backoff=0.001), bounds).handle(record(), handler) is None
+    assert handler.calls["n"] == 2  # the first attempt, the one retry that fitted
+    assert bounds.stops == [2] and not fakes.written and not fakes.counted
+    assert bounds.waits == 1  # what the application finished went before the first wait
+
+
+def test_a_retry_that_would_not_fit_on_a_last_delivery_is_dead_lettered_at_once() -> None:
+    fakes, bounds = Fakes(), Bounds(fits=0, elsewhere=False)
+    assert bounded(fakes, DeadLetter("dlt", retries=5, backoff=0.001), bounds).handle(record(), failing(99)) is None
+    [(_msg, stage, attempts)] = fakes.written
+    assert (stage, attempts) == ("process", 1) and bounds.stops == [1]
+    assert bounds.waits == 1  # before the dead-letter write, none before a wait that never came
+
+
+def test_the_bounds_are_asked_with_the_coming_wait() -> None:
+    fakes, bounds = Fakes(), Bounds()
+    policy = DeadLetter("dlt", retries=3, backoff=0.001, max_backoff=0.01)
+    bounded(fakes, policy, bounds).handle(record(), failing(99))
+    assert bounds.asked[0] == 0.001 and len(bounds.asked) == 3  # the first wait, then tenacity's two
+    assert all(0 < w <= 0.011 for w in bounds.asked)
+    assert not bounds.stops and len(fakes.written) == 1
+
+
+def test_attempts_of_earlier_deliveries_count_against_the_retries() -> None:
+    fakes, bounds = Fakes(), Bounds(before=2)
+    handler = failing(99)
+    bounded(fakes, DeadLetter("dlt", retries=3, backoff=0.001), bounds).handle(record(), handler)
+    assert handler.calls["n"] == 2  # one retry left of three, two deliveries already tried
+    [(_msg, _stage, attempts)] = fakes.written
+    assert attempts == 4
+
+
+def test_a_handler_failing_everything_stops_within_a_few_hundred_records() -> None:
+    fakes = Fakes()
+    handler = fakes.handler(DeadLetter("dlt", retries=0))
+    with pytest.raises(PoisonLimitError, match=r"max_dead_letter_ratio=0\.5") as raised:
+        for offset in range(1000):
+            handler.handle(record(offset), failing(1))
+    assert len(fakes.written) == 51, raised.value
+
+
+@pytest.mark.parametrize("every", [50, 10, 3])
+def test_a_healthy_drain_with_poison_records_in_it_never_trips_the_limit(every: int) -> None:
+    """Any size, any speed: 20,000 records handled as fast as the loop goes."""
+    fakes = Fakes()
+    handler = fakes.handler(DeadLetter("dlt", retries=0))
+    for offset in range(20_000):
+        handler.handle(record(offset), failing(1) if offset % every == every - 1 else failing(0))
+    assert len(fakes.written) == 20_000 // every
+
+
+def test_deserialization_failures_are_judged_against_the_records_handed_out() -> None:
+    fakes = Fakes()
+    handler = fakes.handler(DeadLetter("dlt"))
+    for offset in range(5_000):
+        handler.passed(49)
+        handler.deserialization_failed(ValueError("bad bytes"), record(offset))
+    with pytest.raises(PoisonLimitError):
+        for offset in range(100):
+            handler.deserialization_failed(ValueError("bad bytes"), record(offset))
+
+
+def test_once_handle_judges_records_the_deserializers_passes_no_longer_count() -> None:
+    """A record deserialized and then handled is one record, not two: a handler failing everything
+    after the deserializer still stops the consumer."""
+    fakes = Fakes()
+    handler = fakes.handler(DeadLetter("dlt", retries=0))
+    with pytest.raises(PoisonLimitError):
+        for offset in range(300):
+            handler.passed(1)
+            handler.handle(record(offset), failing(1))
+
+
+def test_the_count_limit_is_off_by_default_and_still_available() -> None:
+    assert DeadLetter("dlt").max_dead_letters is None
+    fakes = Fakes()
+    handler = fakes.handler(DeadLetter("dlt", retries=0, max_dead_letters=2, max_dead_letter_ratio=None))
+    handler.handle(record(1), failing(1))
+    handler.handle(record(2), failing(1))
+    with pytest.raises(PoisonLimitError, match="max_dead_letters=2"):
+        handler.handle(record(3), failing(1))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"max_dead_letter_ratio": 0}, {"max_dead_letter_ratio": 1}, {"max_dead_letter_ratio": True}, {"ratio_of": 0}],
+)
+def test_bad_ratio_limits_are_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="DeadLetter"):
+        DeadLetter("t", **kwargs)

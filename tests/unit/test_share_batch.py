@@ -68,3 +68,24 @@ def test_a_batch_adopts_its_list_and_a_slice_iterates_on_its_own() -> None:
     part = messages[1:3]  # upstream's slice: a Messages of the same class around a new list
     assert isinstance(part, SafeMessages) and len(part) == 2
     assert list(part) == records[1:3]
+
+
+def test_a_retry_fits_when_it_and_the_records_not_reached_end_before_the_release_point() -> None:
+    records = _records(10)
+    batch = Batch(records, 20.0)  # released at 15 s
+    it = iter(SafeMessages(records, batch))
+    next(it), next(it)  # the second is in hand: 8 not reached
+    batch.busy, batch.handles = 1.0, 1  # handle() took a second a record
+    assert batch.fits(wait=1.0, attempt=1.0)  # 1 + 1 + 8 * 1 = 10 s
+    assert batch.fits(wait=4.0, attempt=1.0)  # 13 s
+    assert not batch.fits(wait=6.5, attempt=1.0)  # 15.5 s: past it
+    batch.cut()
+    assert batch.fits(wait=6.5, attempt=1.0)  # nothing left to reach: only the retry itself
+
+
+def test_without_a_pace_yet_the_failed_attempt_is_the_pace() -> None:
+    records = _records(4)
+    batch = Batch(records, 8.0)  # released at 6 s
+    next(iter(SafeMessages(records, batch)))
+    assert batch.fits(wait=0.5, attempt=1.0)  # 0.5 + 1 + 3 * 1 = 4.5 s
+    assert not batch.fits(wait=0.5, attempt=1.5)  # 0.5 + 1.5 + 3 * 1.5 = 6.5 s
