@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: upstream-share demo check test test-container docker-engine kafka-image browser docs lint typecheck bench soak clean
+.PHONY: upstream-share demo check test test-container docker-engine kafka-image browser docs lint typecheck bench soak soak-long clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -90,12 +90,22 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.report && exit $$status
 
 ## make soak: member processes started, killed and terminated at random, under every protocol, then
-## share-group members in both acknowledgement modes (SOAK_SECONDS of chaos each, default 180); fails on
-## any lost record, invariant violation, or record archived without a copy or processed twice unexplained
+## share-group members in both acknowledgement modes (SOAK_SECONDS of chaos each, default 180), both on
+## two brokers of which one is SIGKILLed and restarted now and then; fails on any lost record, invariant
+## violation, record archived without a copy or processed twice unexplained, or member that died.
+## SOAK_LONG=1: the share soak's long mode, SOAK_LONG_SECONDS (default 1800) of chaos per mode
+## (make soak-long runs that alone); member logs kept in out/soak/share-long-<date>.
 SOAK_SECONDS ?= 180
+SOAK_LONG_SECONDS ?= 1800
+SHARE_SOAK_ARGS = $(if $(SOAK_LONG),--seconds $(SOAK_LONG_SECONDS) --logs out/soak/share-long-$(shell date +%Y%m%d-%H%M%S),--seconds $(SOAK_SECONDS))
 soak: $(STAMP)
 	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m tests.soak.run --seconds $(SOAK_SECONDS)
-	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m tests.soak.share --seconds $(SOAK_SECONDS)
+	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m tests.soak.share $(SHARE_SOAK_ARGS)
+
+## make soak-long: the share soak alone in its long mode (SOAK_LONG_SECONDS per acknowledgement mode)
+soak-long: $(STAMP)
+	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m tests.soak.share $(SHARE_SOAK_ARGS)
+soak-long: SOAK_LONG = 1
 
 ## make upstream-share: confluent-kafka-python's own share consumer tests, with upstream's classes and
 ## with ours (fails on a test that passes with upstream's only). They are not on PyPI: CONFLUENT_SOURCE

@@ -1,8 +1,10 @@
 """A cluster of two brokers for tests that move the group coordinator or restart a broker.
 
 The first node is broker and controller, the second a broker only; both keep a replica of the
-offsets partition, whose leader is every group's coordinator. Used by test_coordinator_moves and
-by the soak's broker faults.
+offsets partition, whose leader is every group's coordinator, and of every partition of the
+share-group state topic (``__share_group_state``, where the share coordinator keeps what each share
+group acknowledged), so a share group's state outlives a SIGKILL of either broker. Used by
+test_coordinator_moves and by the soaks' broker faults.
 """
 
 from __future__ import annotations
@@ -26,9 +28,14 @@ from safeconsumer.testing._local import LocalBroker, _java, kafka_lib_dir
 #: the soak, run alone, does not meet).
 FAULT_SETTINGS = {"broker.session.timeout.ms": "10000"}
 
-#: Both brokers keep a replica of the offsets partition; leaders move only when told.
+#: Both brokers keep a replica of the offsets partition and of the share-group state topic; leaders
+#: move only when told. The state topic's writes need one replica in sync (min.isr 1, as the test
+#: brokers' table sets; Kafka's default of 2 would refuse every share acknowledgement while a broker
+#: is down).
 CLUSTER_SETTINGS = {
     "offsets.topic.replication.factor": "2",
+    "share.coordinator.state.topic.replication.factor": "2",
+    "share.coordinator.state.topic.min.isr": "1",
     "auto.leader.rebalance.enable": "false",
 }
 OFFSETS_TOPIC = "__consumer_offsets"

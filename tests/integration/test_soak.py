@@ -59,12 +59,16 @@ def test_short_share_soak_archives_nothing_without_a_copy_and_explains_every_dou
     kafka: KafkaTestKit, mode: str
 ) -> None:
     """SafeShareConsumer members started and SIGTERMed at random, with slow work past the lock,
-    poison records and pauses (tests/soak/share.py; ``make soak`` SIGKILLs too): every record
-    processed or dead-lettered, every poison record dead-lettered, every double processing explained
-    by a termination or a reported lock overrun."""
+    poison records and pauses (tests/soak/share.py; ``make soak`` SIGKILLs members and a broker
+    too): every record processed or dead-lettered, every poison record dead-lettered, every double
+    processing explained by a termination or a reported lock overrun, every member's exit status
+    the expected one."""
     figures = run_share_soak(kafka, mode, seconds=SHARE_SECONDS, seed="pytest", kills=False)
     assert figures.starts > 3 and figures.terms > 0, figures.report()
     assert figures.produced > 0 and figures.poison > 0, figures.report()
+    # Every member exited as told (0 after SIGTERM), none on its own: a death names its reason.
+    assert figures.member_failures == [], figures.report()
+    assert figures.died == 0, figures.report()
     assert figures.failures == [], figures.report()
     assert figures.lost == [], figures.report()
     assert figures.poison_missing == [], figures.report()
