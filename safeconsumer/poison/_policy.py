@@ -308,9 +308,11 @@ class PoisonHandler:
         self._judged = 0
         self._dead_at: deque[int] = deque()
         self._handles = False
-        #: Records skipped and dead-lettered so far.
+        #: Records skipped and dead-lettered so far, and those whose retries ended because they went
+        #: elsewhere (the bounds' :meth:`RetryBounds.stopped`: released for redelivery, or revoked).
         self.skipped = 0
         self.dead_lettered = 0
+        self.returned = 0
 
     # -- the two kinds of failure -----------------------------------------------------------------
     def passed(self, records: int) -> None:
@@ -368,6 +370,7 @@ class PoisonHandler:
             except Exception as exc:  # noqa: BLE001 - as above: the last attempt's error is dead-lettered
                 failure = exc
         if plan.cut_short and self._bounds.stopped(message, plan.attempts):
+            self.returned += 1
             return None
         self._judged += 1
         self._bounds.before_wait()
@@ -420,6 +423,7 @@ class PoisonHandler:
             except Exception as exc:  # noqa: BLE001 - as above
                 failure = exc
         if plan.cut_short and await _asked(run, lambda: bounds.stopped(message, plan.attempts)):
+            self.returned += 1
             return None
         self._judged += 1
         final = failure

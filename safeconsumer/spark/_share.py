@@ -218,10 +218,11 @@ class ShareConsumeTask:
                 raise
             logger.warning("the sink refused a batch of %d record(s); handling them one at a time", len(batch))
             taken: list[Message] = []
-            for m in batch:  # each is acknowledged by handle(): ACCEPT, or REJECT after the policy
-                before = consumer.poison.skipped + consumer.poison.dead_lettered
+            poison = consumer.poison
+            for m in batch:  # each is acknowledged by handle(): ACCEPT, REJECT after the policy, or
+                before = poison.skipped + poison.dead_lettered + poison.returned  # RELEASE for redelivery
                 consumer.handle(m, lambda record: self.sink([record]))
-                if consumer.poison.skipped + consumer.poison.dead_lettered == before:
+                if poison.skipped + poison.dead_lettered + poison.returned == before:
                     taken.append(m)
             figures.accepted += _taken(consumer.commit_sync(COMMIT_SECONDS), taken)
             return

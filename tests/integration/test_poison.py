@@ -558,3 +558,63 @@ def test_skip_a_processing_failure(
     c.close()
     assert f"failed to process: {topic} [0] at offset 1 (KeyError)" in caplog.text
     assert kafka.committed(group, topic, 1) == {0: 3}
+
+
+#: A backlog whose poison records (1 in 50) would have passed the old default count limit, 100 per
+#: 60 s, within seconds.
+DRAIN = 6_000
+
+
+def test_a_healthy_drain_never_trips_the_dead_letter_limit(
+    kafka: KafkaTestKit, protocol: Protocol, closing: list[Any]
+) -> None:
+    """A backlog of 6,000 records with 1 poison record in 50 (120 dead letters), drained as fast as
+    the consumer goes under the default policy: every record handled or dead-lettered, never stopped."""
+    topic, dlq, group = kafka.create_topic(), kafka.create_topic(), kafka.name("g")
+    produce(kafka, topic, values_with_poison(DRAIN, {i for i in range(DRAIN) if i % 50 == 49}))
+    c = SafeConsumer({**kafka.consumer_conf(group, protocol)}, poison=DeadLetter(dlq, retries=0))
+    closing.append(c)
+    c.subscribe([topic])
+    handled: list[int] = []
+    dead: list[int] = []
+
+    def process(m: Message) -> int:
+        if (m.value() or b"").startswith(POISON):
+            raise ValueError("not a record of ours")
+        handled.append(m.offset() or 0)
+        return 1
+
+    def step() -> None:
+        for m in c.consume(500, 0.2):
+            if m.error() is None and c.handle(m, process) is None:
+                dead.append(m.offset() or 0)
+
+    wait_until(lambda: len(handled) + len(dead) >= DRAIN, timeout=120, what="the drain", step=step)
+    assert len(dead) == DRAIN // 50 and len(handled) == DRAIN - DRAIN // 50
+    assert kafka.end_offsets(dlq) == {0: DRAIN // 50}
+
+
+def test_a_handler_failing_everything_stops_within_a_few_hundred_records(
+    kafka: KafkaTestKit, protocol: Protocol, closing: list[Any]
+) -> None:
+    topic, dlq, group = kafka.create_topic(), kafka.create_topic(), kafka.name("g")
+    produce(kafka, topic, values_with_poison(1_000, set()))
+    c = SafeConsumer({**kafka.consumer_conf(group, protocol)}, poison=DeadLetter(dlq, retries=0))
+    closing.append(c)
+    c.subscribe([topic])
+    raised: list[PoisonLimitError] = []
+
+    def broken(_m: Message) -> None:
+        raise RuntimeError("a bad deploy")
+
+    def step() -> None:
+        try:
+            for m in c.consume(500, 0.2):
+                if m.error() is None:
+                    c.handle(m, broken)
+        except PoisonLimitError as exc:
+            raised.append(exc)
+
+    wait_until(lambda: raised, timeout=60, what="PoisonLimitError", step=step)
+    assert "max_dead_letter_ratio" in str(raised[0])
+    assert kafka.end_offsets(dlq) == {0: 51}

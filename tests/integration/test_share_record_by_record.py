@@ -296,3 +296,115 @@ def test_what_handle_finished_is_sent_while_a_slow_handler_outlasts_the_lock(
     kafka.produce(topic, 1, partitions=1, start=20)  # a marker: what the peer is handed before it is all there is
     by_peer += _read_all(peer, {20})
     assert {m.offset() for m in by_peer} <= set(range(10, 21)), "a peer was handed a record handle() had finished"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cancelled_await_of_handle_releases_only_what_it_did_not_finish(
+    kafka: KafkaTestKit, peer_of: Any, mode: str
+) -> None:
+    """asyncio: three records handled, the fourth's handler cancelled while it awaits, the consumer
+    closed: the next member gets the fourth (given back at once) and the six not reached, never the
+    three ``handle()`` finished."""
+    import asyncio
+
+    from safeconsumer.aio import SafeAIOShareConsumer
+
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    _one_batch(kafka, topic, 10)
+
+    async def main() -> None:
+        c = SafeAIOShareConsumer(_conf(kafka, group, mode))
+        await c.subscribe([topic])
+        batch: list[Message] = []
+        while not batch:
+            batch = [m for m in await c.poll(0.5) if m.error() is None]
+        assert len(batch) == 10
+        for m in batch[:3]:
+            await c.handle(m, lambda _m: None)
+        started = asyncio.Event()
+
+        async def forever(_m: Message) -> None:
+            started.set()
+            await asyncio.Event().wait()
+
+        task = asyncio.create_task(c.handle(batch[3], forever))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await c.close()
+
+    asyncio.run(main())
+    peer = peer_of(group, topic)
+    by_peer = _read_all(peer, set(range(3, 10)))
+    kafka.produce(topic, 1, partitions=1, start=10)  # a marker: what the peer is handed before it is all there is
+    by_peer += _read_all(peer, {10})
+    assert {m.offset() for m in by_peer} == set(range(3, 11)), "a peer was handed a record handle() had finished"
+    assert all(m.delivery_count() == 2 for m in by_peer if (m.offset() or 0) < 10)
+
+
+#: A backlog whose poison records (1 in 50) would have passed the old default count limit, 100 per
+#: 60 s, within seconds.
+DRAIN = 6_000
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_healthy_drain_never_trips_the_dead_letter_limit(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str
+) -> None:
+    """A share member drains 6,000 records with 1 poison record in 50 (120 dead letters) as fast as
+    it goes, under the default policy: every record processed or dead-lettered, never stopped."""
+    topic, group, dlt = kafka.create_topic(partitions=1), kafka.name("g"), kafka.create_topic(partitions=1)
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    for i in range(DRAIN):
+        kafka.producer.produce(topic, value=b"poison" if i % 50 == 49 else str(i).encode(), partition=0)
+    kafka.producer.flush(30)
+    c = SafeShareConsumer(_conf(kafka, group, mode), poison=DeadLetter(dlt, retries=0))
+    closing.append(c)
+    c.subscribe([topic])
+    handled: list[int] = []
+
+    def process(m: Message) -> None:
+        if m.value() == b"poison":
+            raise ValueError("a poison record")
+        handled.append(m.offset() or 0)
+
+    def step() -> None:
+        for m in c.poll(0.5):
+            if m.error() is None:
+                c.handle(m, process)
+
+    wait_until(lambda: len(handled) + c.poison.dead_lettered >= DRAIN, timeout=180, what="the drain", step=step)
+    assert c.poison.dead_lettered == DRAIN // 50 and sorted(handled) == [i for i in range(DRAIN) if i % 50 != 49]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_handler_failing_everything_stops_the_share_consumer(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str
+) -> None:
+    from safeconsumer import PoisonLimitError
+
+    topic, group, dlt = kafka.create_topic(partitions=1), kafka.name("g"), kafka.create_topic(partitions=1)
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    _one_batch(kafka, topic, 500)
+    c = SafeShareConsumer(_conf(kafka, group, mode), poison=DeadLetter(dlt, retries=0))
+    closing.append(c)
+    c.subscribe([topic])
+    raised: list[PoisonLimitError] = []
+
+    def broken(_m: Message) -> None:
+        raise RuntimeError("a bad deploy")
+
+    def step() -> None:
+        try:
+            for m in c.poll(0.5):
+                if m.error() is None:
+                    c.handle(m, broken)
+        except PoisonLimitError as exc:
+            raised.append(exc)
+
+    wait_until(lambda: raised, timeout=60, what="PoisonLimitError", step=step)
+    assert "max_dead_letter_ratio" in str(raised[0]) and kafka.end_offsets(dlt) == {0: 51}
+    with pytest.raises(PoisonLimitError):
+        c.poll(0)
