@@ -96,7 +96,7 @@ class DeadLetter:
     :param backoff: seconds before the first retry, doubled each time up to ``max_backoff``, jittered.
     :param max_dead_letter_ratio: the consumer stops (:class:`PoisonLimitError`) when more than this
         share of the last ``ratio_of`` records the policy judged were dead-lettered: a handler
-        failing everything stops it after ``ratio_of * max_dead_letter_ratio`` records; a healthy
+        failing everything stops it at the first dead letter past ``ratio_of * max_dead_letter_ratio``; a healthy
         consumer with a few poison records in any backlog, at any speed, never trips it. ``None``: no
         ratio limit.
     :param ratio_of: how many of the most recent records the ratio is judged over.
@@ -227,14 +227,22 @@ class RetryBounds:
     """How long a record's retries may go on, and what comes first: the consumer's to say.
 
     :meth:`may_retry` is asked before each wait (``wait`` seconds, then an attempt about as long as
-    the last one, ``attempt`` seconds); once it says no, :meth:`stopped` says where the record goes:
-    somewhere else (True: the handler's caller gets None, nothing is dead-lettered) or to the
-    dead-letter topic now (False). :meth:`before_wait` runs before the policy's first wait and before
-    a dead-letter write. :meth:`attempts_before` counts attempts made before this delivery.
+    the last one, ``attempt`` seconds), and :meth:`keeps` once the attempts ran out; once either
+    says no, :meth:`stopped` says where the record goes: somewhere else (True: the handler's caller
+    gets None, nothing is dead-lettered) or to the dead-letter topic now (False).
+    :meth:`before_wait` runs before the policy's first wait and before a dead-letter write;
+    :meth:`rejected` once a record was dead-lettered or skipped, before the limit may stop the
+    consumer. :meth:`attempts_before` counts attempts made before this delivery.
     """
 
     def may_retry(self, message: Message, wait: float, attempt: float) -> bool:
         return True
+
+    def keeps(self, message: Message) -> bool:
+        return True
+
+    def rejected(self, message: Message) -> None:
+        return None
 
     def stopped(self, message: Message, attempts: int) -> bool:
         return False
@@ -254,6 +262,9 @@ class PartitionBounds(RetryBounds):
         self._owns = owns
 
     def may_retry(self, message: Message, wait: float, attempt: float) -> bool:
+        return self._owns(message)
+
+    def keeps(self, message: Message) -> bool:
         return self._owns(message)
 
     def stopped(self, message: Message, attempts: int) -> bool:
@@ -369,7 +380,7 @@ class PoisonHandler:
                             return result
             except Exception as exc:  # noqa: BLE001 - as above: the last attempt's error is dead-lettered
                 failure = exc
-        if plan.cut_short and self._bounds.stopped(message, plan.attempts):
+        if (plan.cut_short or not self._bounds.keeps(message)) and self._bounds.stopped(message, plan.attempts):
             self.returned += 1
             return None
         self._judged += 1
@@ -404,7 +415,8 @@ class PoisonHandler:
             return result
         if not isinstance(policy, DeadLetter):
             self._judged += 1
-            self._skip(message, failure, "process")
+            skipped = failure
+            await run(lambda: self._skip(message, skipped, "process"))  # the bounds may call the consumer
             return None
         plan = _Plan(self._bounds, policy, message, time.monotonic() - began)
         bounds = self._bounds
@@ -422,7 +434,9 @@ class PoisonHandler:
                             return result
             except Exception as exc:  # noqa: BLE001 - as above
                 failure = exc
-        if plan.cut_short and await _asked(run, lambda: bounds.stopped(message, plan.attempts)):
+        if (plan.cut_short or not bounds.keeps(message)) and await _asked(
+            run, lambda: bounds.stopped(message, plan.attempts)
+        ):
             self.returned += 1
             return None
         self._judged += 1
@@ -438,6 +452,7 @@ class PoisonHandler:
     # -- outcomes --------------------------------------------------------------------------------
     def _skip(self, message: Message, exc: Exception, stage: str) -> None:
         self.skipped += 1
+        self._bounds.rejected(message)
         self._counted("skipped", stage)
         logger.warning(
             "skipped a record that failed to %s: %s [%s] at offset %s (%s)",
@@ -458,6 +473,7 @@ class PoisonHandler:
                 f"to dead-letter topic {policy.topic!r} ({failed}); nothing was stored for it: it is delivered again"
             ) from failed
         self.dead_lettered += 1
+        self._bounds.rejected(message)  # before the limit may stop the consumer (its close() gives back)
         self._counted("dead_lettered", stage)
         logger.warning(
             "dead-lettered a record that failed to %s: %s [%s] at offset %s (%s) -> %s",
@@ -479,7 +495,7 @@ class PoisonHandler:
             oldest = self._judged - policy.ratio_of
             while dead_at and dead_at[0] <= oldest:
                 dead_at.popleft()
-            if len(dead_at) > ratio * policy.ratio_of:
+            if len(dead_at) / policy.ratio_of > ratio:
                 self._stop(
                     f"{len(dead_at)} of the last {min(self._judged, policy.ratio_of)} records were dead-lettered to "
                     f"{policy.topic!r} (DeadLetter.max_dead_letter_ratio={ratio:g} of ratio_of={policy.ratio_of}); "
@@ -550,7 +566,8 @@ class _Plan:
 
         return {
             "stop": stop_any(stop_after_attempt(self.retries), cast(Any, bounded)),
-            "wait": wait_exponential(multiplier=self._backoff, min=2 * self._backoff, max=self._max_backoff)
+            # After the first wait (backoff): 2, 4, 8... times it, up to max_backoff, jittered.
+            "wait": wait_exponential(multiplier=2 * self._backoff, max=self._max_backoff)
             + wait_random(0, self._backoff),
             "reraise": True,
         }

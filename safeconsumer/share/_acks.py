@@ -53,8 +53,8 @@ class Acknowledgements(ShareConsumer):
     _look: GroupLook
     _telemetry: ShareTelemetry
     _overruns: Overruns
-    #: The application's thread is inside ``handle()`` (set by the consumer around the handler).
-    _in_handle: bool
+    #: How many ``handle()`` calls are under way (set by the consumer around the handler).
+    _in_handle: int
     #: Records given back before their locks ran out because the application had not reached them.
     released_early: int
 
@@ -63,11 +63,15 @@ class Acknowledgements(ShareConsumer):
         batch = self._batch
         if batch is None or batch.is_settled(message) or not is_record(message):
             return
-        with self._lock:  # the watch's releases (implicit mode) call librdkafka too: never both at once
-            super().acknowledge(message, ack_type)
-        batch.settled.add(id(message))
-        if ack_type != AcknowledgeType.RELEASE:
-            batch.unsent.append(message)
+        with self._lock:  # the watch's sends call librdkafka too: never both at once
+            try:
+                super().acknowledge(message, ack_type)
+            except _NOT_IN_FLIGHT:  # sent already (the application acknowledged it, and it went)
+                batch.settled.add(id(message))
+                return
+            batch.settled.add(id(message))
+            if ack_type != AcknowledgeType.RELEASE:
+                batch.unsent.append(message)
         self._telemetry.acknowledged(_ACK_NAMES[ack_type])
 
     def _release(self, batch: Batch, records: list[Message], *, sync: bool = False) -> None:
@@ -99,17 +103,20 @@ class Acknowledgements(ShareConsumer):
         consumer sends on its own while the application works on the last record it was handed
         (explicit mode: its acknowledgement is still to come, the earlier ones went with this send)."""
         now = time.monotonic()
+        # Explicit mode: what the application acknowledged itself since the last send.
+        own: list[Message] = []
+        if not self._implicit and (stays or now > batch.lock_end):
+            own = [m for m in batch.handed_out() if id(m) not in batch.sent]
+            if in_hand:
+                own = own[:-1]
         if now > batch.lock_end:
-            late = batch.unsent + (accepted or [])
-            if not self._implicit:  # what the application acknowledged itself since the last send
-                late += [m for m in batch.handed_out() if id(m) not in batch.sent]
+            late = batch.unsent + (accepted or []) + own
             if late:
                 self._overruns.add(late, now - batch.at)
         if batch.unsent:
             batch.unsent = []
-        if stays and not self._implicit:
-            handed = batch.handed_out()
-            batch.sent.update(map(id, handed[:-1] if in_hand else handed))
+        if stays and own:
+            batch.sent.update(map(id, own))
 
     def _send_now(self) -> None:
         """Send what the application finished and what was cut, now: before a wait the consumer
@@ -158,7 +165,7 @@ class Acknowledgements(ShareConsumer):
         if batch is not self._batch or self._closed or not self._lock.acquire(timeout=0.05):
             return
         try:
-            if self._implicit or self._in_handle:
+            if batch is self._batch and not self._closed and (self._implicit or self._in_handle):
                 self._send_pending(batch)
         finally:
             self._lock.release()
@@ -226,6 +233,8 @@ class Acknowledgements(ShareConsumer):
         count = message.delivery_count() or 1
         if count >= limit:
             return False
+        if self._batch is None or self._closed:
+            return True  # closed meanwhile: it went back with what the consumer held
         self._settle(message, AcknowledgeType.RELEASE)
         self._send_now()
         self._telemetry.released_early(1, "retry")
@@ -256,7 +265,8 @@ class LockBounds(RetryBounds):
     batch's release point (:attr:`Batch.release_at`: :data:`._batch.RELEASE_AT` of the lock, or of
     ``max.poll.interval.ms`` when shorter); then it is released for redelivery (the delivery count is
     the counter), or dead-lettered on its last delivery. What the application finished is sent
-    before any wait. Holds the consumer weakly (S8)."""
+    before any wait, and a record dead-lettered or skipped is rejected at once (before the limit may
+    stop the consumer, whose close() would release it). Holds the consumer weakly (S8)."""
 
     def __init__(
         self,
@@ -264,10 +274,12 @@ class LockBounds(RetryBounds):
         may_retry: weakref.WeakMethod[Callable[[Message, float, float], bool]],
         release: weakref.WeakMethod[Callable[[Message, int], bool]],
         send: weakref.WeakMethod[Callable[[], None]],
+        reject: weakref.WeakMethod[Callable[[Message, AcknowledgeType], None]],
     ) -> None:
         self._may = may_retry
         self._release = release
         self._send = send
+        self._reject = reject
 
     def may_retry(self, message: Message, wait: float, attempt: float) -> bool:
         may = self._may()
@@ -281,6 +293,11 @@ class LockBounds(RetryBounds):
         send = self._send()
         if send is not None:
             send()
+
+    def rejected(self, message: Message) -> None:
+        reject = self._reject()
+        if reject is not None:
+            reject(message, AcknowledgeType.REJECT)
 
     def attempts_before(self, message: Message) -> int:
         return max(0, (message.delivery_count() or 1) - 1)

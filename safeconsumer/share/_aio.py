@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import sys
 import threading
@@ -74,8 +75,9 @@ class SafeAIOShareConsumer:
         conf = on_loop_conf(self._loop, consumer_conf)
         self._consumer = SafeShareConsumer(conf, **options)
         self._port = port_of(self._consumer)
-        #: One call of the share consumer at a time, from whichever executor thread.
-        self._calls = threading.Lock()
+        #: One call of the share consumer at a time, from whichever executor thread: the consumer's own
+        #: lock, which its watch and keepalive timers take too.
+        self._calls = self._port.lock
         #: Calls of the coroutines in the order they were made; a poll() holds it until its caller
         #: has its batch (or was cancelled), so that no later call accepts a batch nobody received.
         self._order = asyncio.Lock()
@@ -229,7 +231,14 @@ class SafeAIOShareConsumer:
         if self._closed:
             return consumer.handle(message, handler)  # the closed consumer's error (the handler never runs)
         port = self._port
-        before = await self._run(functools.partial(port.handling, message))
+        starting = asyncio.ensure_future(self._run(functools.partial(port.handling, message)))
+        try:
+            before = await asyncio.shield(starting)
+        except asyncio.CancelledError:  # cancelled while the record was being taken in hand: given back
+            with contextlib.suppress(Exception):
+                taken = await starting
+                await self._run(functools.partial(port.handled, message, taken, failed=True))
+            raise
         try:
             handling = consumer.poison.handle_async(message, handler, keepalive=self.keepalive, run=self._run)
             if "opentelemetry" in sys.modules and message.error() is None:

@@ -206,6 +206,7 @@ class SafeShareConsumer(Acknowledgements):
                 may_retry=weakref.WeakMethod(self._may_retry),
                 release=weakref.WeakMethod(self._release_for_redelivery),
                 send=weakref.WeakMethod(self._send_now),
+                reject=weakref.WeakMethod(self._settle),
             ),
         )
         register(
@@ -215,11 +216,13 @@ class SafeShareConsumer(Acknowledgements):
                 handling=weakref.WeakMethod(self._handling),
                 handled=weakref.WeakMethod(self._handled),
                 process=weakref.WeakMethod(self._process_span),
+                lock=self._lock,
             ),
         )
         #: What the watch calls at a batch's release point (one for every batch; weak, as above).
         self._on_cut: Callable[[Batch], object] = lambda cut: _call(me, "_flush_from_watch", cut)
-        self._in_handle = False
+        #: How many handle() calls are under way (SafeAIOShareConsumer may run several).
+        self._in_handle = 0
         if self._implicit:  # weakly bound: no reference cycle keeps a dropped consumer (S8)
             self.acknowledge = _weak_method(me, "_implicit_acknowledge")  # type: ignore[method-assign]
             self.acknowledge_offset = _weak_method(me, "_implicit_acknowledge_offset")  # type: ignore[method-assign]
@@ -402,30 +405,35 @@ class SafeShareConsumer(Acknowledgements):
         super().commit_async(*args, **kwargs)
 
     def close(self, *args: Any, **kwargs: Any) -> None:
-        if not self._closed:
-            # S2: what the application was handed and never came back after goes back at once.
-            with contextlib.suppress(Exception):
-                self._release_at_close()
-            self._overruns.say(self._settings.lock_seconds)
-        try:
-            super().close(*args, **kwargs)
-        finally:
-            self._closed = True
-            self._batch = None
-            self._look.close()
-            self._poison.close()
+        with self._lock:  # the watch and a keepalive timer never send while librdkafka closes
+            if not self._closed:
+                # S2: what the application finished is sent, what it never came back after goes back at once.
+                with contextlib.suppress(Exception):
+                    self._release_at_close()
+                self._overruns.say(self._settings.lock_seconds)
+            try:
+                super().close(*args, **kwargs)
+            finally:
+                self._closed = True
+                self._batch = None
+                self._in_handle = 0
+        self._look.close()
+        self._poison.close()
 
     # -- additions --------------------------------------------------------------------------
     def handle(self, message: Message, handler: Callable[[Message], _T]) -> _T | None:
         """Run ``handler(message)`` for a record of the last batch, under the ``poison`` policy.
 
         Returns the handler's result, or None when the record was skipped or dead-lettered (then
-        rejected: the broker archives it, a copy is in the dead-letter topic). In explicit mode a
-        handled record is acknowledged here (ACCEPT, or REJECT after the policy); in implicit mode
-        it is accepted at the next ``poll()``/``commit_*()``, as every record is. With no policy an
-        exception of the handler releases the record (handed out again) and propagates. Records of
+        rejected: the broker archives it, a copy is in the dead-letter topic) or released for
+        redelivery because its next attempt would not fit in its lock. In either mode the record is
+        acknowledged here: ACCEPT once the handler returned (``handle()`` returning is the
+        application coming back after that record), REJECT after the policy; the acknowledgement is
+        sent in time (see the module). An exception out of ``handle()`` (the handler's, with no
+        policy, or a cancellation) releases the record (handed out again) and propagates. Records of
         the batch the application has not reached are given back first once the batch held its
-        locks for :data:`RELEASE_AT` of the group's lock.
+        locks for :data:`RELEASE_AT` of the group's lock. In explicit mode the handler must not
+        acknowledge the record itself (``handle()`` does).
         """
         before = self._handling(message)
         try:
@@ -454,27 +462,29 @@ class SafeShareConsumer(Acknowledgements):
             if time.monotonic() >= batch.release_at:
                 batch.cut()
                 self._flush_pending(batch)
-        self._in_handle = True
-        return (self._poison.skipped, self._poison.dead_lettered, time.monotonic())
+        self._in_handle += 1
+        return (self._poison.skipped, self._poison.dead_lettered, time.monotonic(), batch)
 
     def _handled(self, message: Message, before: Before, *, failed: bool) -> None:
-        """After the handler: what it finished is accepted now, in either mode (``handle()`` returning
-        is the application coming back after that record), and sent at once past the batch's release
-        point; a record the policy skipped or dead-lettered is rejected; one whose handler raised
-        (or was cancelled) and that the policy did not settle is released."""
+        """After the handler: a record the policy skipped or dead-lettered is rejected (whatever came
+        after); what the handler finished is accepted now, in either mode (``handle()`` returning is
+        the application coming back after that record), and sent at once past the batch's release
+        point; one whose handler raised (or was cancelled) and that the policy did not settle is
+        released. A record of an earlier batch is left as that batch left it."""
         with self._lock:  # a send of the watch's under way ends first (see _flush_from_watch)
-            self._in_handle = False
-        batch = self._batch
-        if batch is not None:
-            batch.busy += time.monotonic() - before[2]
-            batch.handles += 1
-        if failed:
+            self._in_handle = max(0, self._in_handle - 1)
+        batch = before[3]
+        if batch is None or batch is not self._batch:  # a record of an earlier batch: settled with it
+            return
+        batch.busy += time.monotonic() - before[2]
+        batch.handles += 1
+        if (self._poison.skipped, self._poison.dead_lettered) != before[:2]:
+            self._settle(message, AcknowledgeType.REJECT)  # settled already (the policy's hook), unless closed
+        elif failed:
             self._settle(message, AcknowledgeType.RELEASE)
-        elif (self._poison.skipped, self._poison.dead_lettered) != before[:2]:
-            self._settle(message, AcknowledgeType.REJECT)
         else:
             self._settle(message, AcknowledgeType.ACCEPT)
-        if batch is not None and batch is self._batch and time.monotonic() >= batch.release_at:
+        if time.monotonic() >= batch.release_at:
             self._send_now()
 
     def _process_span(self, message: Message) -> contextlib.AbstractContextManager[Any]:

@@ -10,14 +10,18 @@ upstream's does (S8).
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Message
 
-#: What a handler's start leaves for its end: the poison policy's counters, and when it began.
-Before = tuple[int, int, float]
+from ._batch import Batch
+
+#: What a handler's start leaves for its end: the poison policy's counters, when it began, and the
+#: batch it began in.
+Before = tuple[int, int, float, Batch | None]
 
 _PORTS: weakref.WeakKeyDictionary[Any, SharePort] = weakref.WeakKeyDictionary()
 
@@ -32,7 +36,11 @@ class SharePort:
         handling: weakref.WeakMethod[Callable[[Message], Before]],
         handled: weakref.WeakMethod[Callable[..., None]],
         process: weakref.WeakMethod[Callable[[Message], contextlib.AbstractContextManager[Any]]],
+        lock: threading.RLock,
     ) -> None:
+        #: The consumer's lock: held around every call the asyncio class makes, so that the consumer's
+        #: own threads (the watch, a keepalive timer) never call librdkafka at the same time.
+        self.lock = lock
         self._give_back = give_back
         self._handling = handling
         self._handled = handled

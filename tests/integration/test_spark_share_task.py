@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Message
 
 from safeconsumer import DeadLetter
+from safeconsumer.health.dead_letters import read_dead_letters
 from safeconsumer.spark import ShareConsumeTask, ShareTaskFigures
 from safeconsumer.testing import KafkaTestKit
 
@@ -125,6 +126,28 @@ def test_a_record_the_sink_still_refuses_alone_is_dead_lettered_and_the_run_goes
     assert kafka.end_offsets(dlq) == {0: 1}, "the poison record is not in the dead-letter topic"
     again = ShareConsumeTask(conf, [topic], Sink(), idle_seconds=3, max_seconds=60).run()
     assert again.records == 0, f"a record was left to the group: {again}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_refused_record_whose_retries_outlast_the_lock_holds_none_of_its_neighbours(
+    kafka: KafkaTestKit, mode: str
+) -> None:
+    """Lock 4 s, delivery limit 3, the sink refuses one record of 40 under a policy whose retries
+    (backoff 1 s, doubling) cannot fit in the lock: the record goes back for redelivery (not counted
+    accepted) and is dead-lettered on its last delivery; every other record reaches the sink once,
+    and none reaches the dead-letter topic."""
+    topic, dlq, group = kafka.create_topic(partitions=1), kafka.create_topic(), kafka.name("g")
+    set_group_config(kafka, group, share_record_lock_duration_ms="4000", share_delivery_count_limit="3")
+    produce_in_small_batches(kafka, topic, 40, poison=17)
+    sink = Sink()
+    conf = _conf(kafka, group, mode)
+    policy = DeadLetter(dlq, retries=6, backoff=1.0)
+    figures = ShareConsumeTask(conf, [topic], sink, start="earliest", poison=policy, max_seconds=90).run()
+    assert sorted(sink.rows) == [(0, o) for o in range(40) if o != 17], "a good record lost or written twice"
+    assert figures.dead_lettered == 1 and figures.accepted == 39, figures
+    copies = read_dead_letters(kafka.client_config, dlq, 10)  # on its last delivery, and as it failed
+    assert {view.original_offset for view, _ in copies} == {17}, "a good record in the dead-letter topic"
+    assert [view.stage for view, _ in copies].count("process") == 1
 
 
 def test_a_sink_outlasting_the_lock_is_counted_and_its_records_not_counted_accepted(kafka: KafkaTestKit) -> None:

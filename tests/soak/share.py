@@ -1172,7 +1172,12 @@ def main(argv: list[str] | None = None) -> int:
         "--no-faults", action="store_true", help="one broker, no broker faults (default: two brokers, faults)"
     )
     parser.add_argument("--fault-every", type=float, default=40.0, help="seconds between broker faults (default 40)")
-    parser.add_argument("--drain-timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="seconds the group may take to drain after the chaos (default: 120, or a third of --seconds when "
+        "longer: the backlog a long run builds grows with it)",
+    )
     parser.add_argument("--logs", type=Path, help="keep the members' stderr files in DIR/<mode> (default: out/soak)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the members' logs when the run passes too")
     parser.add_argument("--progress-every", type=float, default=60.0, help="seconds between progress lines (0: none)")
@@ -1204,7 +1209,7 @@ def main(argv: list[str] | None = None) -> int:
                     kills=not args.no_kills,
                     faults=cluster,
                     fault_every=args.fault_every,
-                    drain_timeout=args.drain_timeout,
+                    drain_timeout=args.drain_timeout or max(120.0, args.seconds / 3),
                     log_dir=args.logs / mode if args.logs else None,
                     keep_logs=args.keep_logs,
                     progress_every=args.progress_every or None,

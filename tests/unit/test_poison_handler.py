@@ -285,3 +285,28 @@ def test_the_count_limit_is_off_by_default_and_still_available() -> None:
 def test_bad_ratio_limits_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="DeadLetter"):
         DeadLetter("t", **kwargs)
+
+
+def test_a_partition_revoked_during_the_last_retry_is_not_dead_lettered() -> None:
+    """The attempts ran out, but the partition left meanwhile: its next owner reads the record."""
+    fakes = Fakes()
+    calls = {"n": 0}
+
+    def handler(_msg: Message) -> str:
+        calls["n"] += 1
+        if calls["n"] == 3:  # the last attempt of retries=2
+            fakes.owned = False
+        raise RuntimeError("no")
+
+    assert fakes.handler(DeadLetter("dlt", retries=2, backoff=0.001)).handle(record(), handler) is None
+    assert calls["n"] == 3 and not fakes.written and not fakes.counted
+
+
+def test_the_ratio_is_more_than_its_share_not_as_much() -> None:
+    """0.29 of 100: 29 dead letters in the last 100 records are allowed, the 30th stops the consumer."""
+    fakes = Fakes()
+    handler = fakes.handler(DeadLetter("dlt", retries=0, max_dead_letter_ratio=0.29))
+    with pytest.raises(PoisonLimitError):
+        for offset in range(100):
+            handler.handle(record(offset), failing(1))
+    assert len(fakes.written) == 30
