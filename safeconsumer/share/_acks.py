@@ -138,7 +138,7 @@ class Acknowledgements(ShareConsumer):
             super().commit_async()
 
     def _flush_pending(self, batch: Batch) -> None:
-        """Release the records the watch cut from the batch (on the application's thread)."""
+        """Release the records the watch cut from the batch, and send (under the consumer's lock)."""
         if not batch.pending:
             return
         with self._lock:  # see _settle

@@ -225,8 +225,10 @@ class SafeAIOShareConsumer:
     async def handle(self, message: Message, handler: Callable[[Message], Any]) -> Any:
         """``await consumer.handle(msg, handler)``: the handler (a coroutine function, or a plain one)
         under the consumer's poison policy, as :meth:`SafeShareConsumer.handle`: its result, or None
-        once the record was skipped or dead-lettered (then rejected). Retries wait inside ``async with
-        keepalive()``; acknowledgements and the dead-letter write run off the event loop."""
+        once the record was skipped or dead-lettered (then rejected) or released for redelivery (its
+        next attempt would not fit in its lock). Accepted once the handler returned; cancelled, the
+        record goes back at once. Retries wait inside ``async with keepalive()``; acknowledgements
+        and the dead-letter write run off the event loop."""
         consumer = self._consumer
         if self._closed:
             return consumer.handle(message, handler)  # the closed consumer's error (the handler never runs)

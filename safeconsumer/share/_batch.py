@@ -7,8 +7,10 @@ is a plain list iterator over :attr:`Batch.live`: handing out a record costs not
 upstream's. Once the batch has held its locks for :data:`RELEASE_AT` of the group's lock, the
 :class:`Watch` thread cuts :attr:`Batch.live` after the furthest record an iterator handed out (a
 list iterator then stops), and the records cut wait in :attr:`Batch.pending` until the consumer
-releases them on the application's thread (its next call, or a ``keepalive()`` timer): a share
-consumer must not be called from two threads at once.
+releases them, with the acknowledgements not sent yet, at a moment no other thread is in librdkafka:
+from the watch itself when the application is not inside a call of the consumer (explicit mode:
+only while it is inside ``handle()``), else at its next call or from a ``keepalive()`` timer. A
+share consumer must not be called from two threads at once.
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@
   underneath; implicit mode is the consumer's own: the records of a batch are accepted when the
   application comes back (its next ``poll()``, ``commit_sync()``, ``commit_async()``), as upstream's
   implicit mode does, and the ones it never came back after are released at once: at ``close()``, and
-  a record whose ``handle()`` raised.
+  a record whose ``handle()`` raised. ``handle()`` works record by record in both modes: returning
+  is coming back after that record, which is accepted at once and sent in time (before any wait the
+  consumer starts itself, from the watch at the batch's release point, past it at each
+  ``handle()``); what it finished stays accepted whatever ends the batch.
 - **S3 lock-aware long work.** The consumer reads the group's lock duration
   (``share.record.lock.duration.ms``) at subscribe and every ``REFRESH_EVERY`` seconds (:mod:`._group`). Records
   the application has not reached (the batch's iterator did not hand them out yet, ``handle()`` did

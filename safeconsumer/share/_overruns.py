@@ -1,7 +1,8 @@
 """Acknowledgements that went after their acquisition lock ran out (S3).
 
-A share consumer's acknowledgements are sent at its next ``poll()`` or ``commit_*()``; sent after the
-records' locks ran out, they may not be what the broker kept: the records may have been handed to a
+A share consumer's acknowledgements are sent at its next ``poll()`` or ``commit_*()``, or by
+``SafeShareConsumer`` itself (before it waits, at a batch's release point, at ``close()``); sent after
+the records' locks ran out, they may not be what the broker kept: the records may have been handed to a
 peer, and upstream's ``commit_sync()`` then answers success. :class:`Overruns` counts such records,
 says them once (one WARNING per batch: topic, partition, offsets, never payloads) and turns
 ``commit_sync()``'s answer for their partitions into :class:`LockExpiredError`.

@@ -163,6 +163,32 @@ def test_raw_close_in_implicit_mode_gives_an_unfinished_batch_back(
     assert all(redelivered[m.offset()] == 2 for m in batch)
 
 
+def test_raw_a_member_that_stops_polling_acquires_nothing_more(
+    kafka: KafkaTestKit, closing: list[ShareConsumer]
+) -> None:
+    """librdkafka acquires records for a poll, not in the background: a member that took a batch,
+    acknowledged it and then works without polling holds none of what is produced meanwhile (a peer
+    gets it all on its first delivery). What a SIGKILL can take with it is what a fetch acquired
+    for a poll that had not returned it yet."""
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="3000")
+    kafka.produce(topic, 10, partitions=1)
+    a = ShareConsumer(_conf(kafka, group, "explicit"))
+    closing.append(a)
+    a.subscribe([topic])
+    batch = _read_until(a, lambda got: len(got) >= 10, timeout=60, what="A's records", ack=True)
+    a.commit_sync(10)
+    kafka.produce(topic, 50, partitions=1, start=10)
+    produced = time.monotonic()
+    wait_until(lambda: time.monotonic() - produced > 5, timeout=10, what="A working without polling, past a lock")
+    peer = ShareConsumer(_conf(kafka, group, "explicit"))
+    closing.append(peer)
+    peer.subscribe([topic])
+    got = _read_until(peer, lambda got: len(got) >= 50, timeout=60, what="the 50 read by the peer", ack=True)
+    assert {m.offset() for m in got} == set(range(10, 60)) and len(batch) == 10
+    assert all(m.delivery_count() == 1 for m in got), "A's librdkafka had acquired records while it did not poll"
+
+
 def test_raw_max_poll_records_bounds_a_poll_by_record_batches_not_records(
     kafka: KafkaTestKit, closing: list[ShareConsumer]
 ) -> None:
