@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import time
@@ -161,6 +162,17 @@ def check_policy(policy: object) -> PoisonPolicy:
     return policy
 
 
+class _Waiting:
+    """A dead-letter write whose acknowledgement has not come (yet)."""
+
+
+_WAITING = _Waiting()
+
+
+def _delivered(outcomes: list[KafkaError | _Waiting | None], i: int, err: KafkaError | None, _msg: object) -> None:
+    outcomes[i] = err
+
+
 class DeadLetterWriter:
     """Writes records to dead-letter topics and waits for the broker's acknowledgement: one
     idempotent producer (``acks=all``) per consumer, on its connection settings, made at the first write."""
@@ -172,49 +184,65 @@ class DeadLetterWriter:
 
     def write(self, policy: DeadLetter, message: Message, exc: Exception, stage: str, attempts: int) -> None:
         """Produce the original record to the dead-letter topic and wait for the broker's acknowledgement."""
+        for _message, failure in self.write_all(policy, [(message, exc, attempts)], stage):
+            raise failure
+
+    def write_all(
+        self, policy: DeadLetter, records: list[tuple[Message, Exception, int]], stage: str
+    ) -> list[tuple[Message, Exception]]:
+        """Produce each original record (with why, and after how many attempts) to the dead-letter
+        topic, then wait once for the broker's acknowledgements: a batch's copies in one round trip.
+        Returns the records whose write failed, with why (``TimeoutError``: no acknowledgement within
+        ``policy.timeout``; ``RuntimeError``: the broker's error)."""
         producer = self._producer
         if producer is None:
             producer = self._producer = Producer(
                 {**self._connection, "enable.idempotence": True, "acks": "all", **policy.producer_config}
             )
-        _ts_type, ts = message.timestamp()
-        raw_headers: Any = message.headers() or []
-        headers: list[tuple[str, bytes | str | None]] = list(raw_headers)
-        headers += [
-            (HEADER_PREFIX + name, value.encode("utf-8"))
-            for name, value in (
-                ("original.topic", str(message.topic())),
-                ("original.partition", str(message.partition())),
-                ("original.offset", str(message.offset())),
-                ("original.timestamp", str(ts)),
-                ("group", self._group_id),
-                ("stage", stage),
-                ("exception.class", _class_name(exc)),
-                ("exception.message", str(exc)[:_MESSAGE_LIMIT]),
-                ("attempts", str(attempts)),
+        outcomes: list[KafkaError | _Waiting | None] = [_WAITING] * len(records)
+        for i, (message, exc, attempts) in enumerate(records):
+            _ts_type, ts = message.timestamp()
+            raw_headers: Any = message.headers() or []
+            headers: list[tuple[str, bytes | str | None]] = list(raw_headers)
+            headers += [
+                (HEADER_PREFIX + name, value.encode("utf-8"))
+                for name, value in (
+                    ("original.topic", str(message.topic())),
+                    ("original.partition", str(message.partition())),
+                    ("original.offset", str(message.offset())),
+                    ("original.timestamp", str(ts)),
+                    ("group", self._group_id),
+                    ("stage", stage),
+                    ("exception.class", _class_name(exc)),
+                    ("exception.message", str(exc)[:_MESSAGE_LIMIT]),
+                    ("attempts", str(attempts)),
+                )
+            ]
+            extra: dict[str, Any] = {"timestamp": ts} if ts > 0 else {}
+            producer.produce(
+                policy.topic,
+                value=message.value(),
+                key=message.key(),
+                headers=headers,
+                on_delivery=functools.partial(_delivered, outcomes, i),
+                **extra,
             )
-        ]
-        outcome: list[KafkaError | None] = []
-        extra: dict[str, Any] = {"timestamp": ts} if ts > 0 else {}
-        producer.produce(
-            policy.topic,
-            value=message.value(),
-            key=message.key(),
-            headers=headers,
-            on_delivery=lambda err, _msg: outcome.append(err),
-            **extra,
-        )
         deadline = time.monotonic() + policy.timeout
-        while not outcome and time.monotonic() < deadline:
+        while _WAITING in outcomes and time.monotonic() < deadline:
             producer.poll(min(0.1, max(0.0, deadline - time.monotonic())))
-        if not outcome:
+        timed_out = [isinstance(outcome, _Waiting) for outcome in outcomes]
+        if any(timed_out):
             # Given up on (the caller retries or fails): not left queued, to be written later or
             # reported as still in flight when the producer goes. One already sent may still land.
             producer.purge()
             producer.poll(0)
-            raise TimeoutError(f"no acknowledgement within {policy.timeout:.0f}s")
-        if outcome[0] is not None:
-            raise RuntimeError(str(outcome[0]))
+        failed: list[tuple[Message, Exception]] = []
+        for (message, _exc, _attempts), outcome, late in zip(records, outcomes, timed_out, strict=True):
+            if late:
+                failed.append((message, TimeoutError(f"no acknowledgement within {policy.timeout:.0f}s")))
+            elif outcome is not None:
+                failed.append((message, RuntimeError(str(outcome))))
+        return failed
 
     def close(self) -> None:
         producer, self._producer = self._producer, None

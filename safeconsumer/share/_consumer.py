@@ -688,27 +688,36 @@ class SafeShareConsumer(Acknowledgements):
         raise fatal from None
 
     def _last_deliveries(self, records: list[Message], policy: DeadLetter) -> None:
-        """S4: records on their last delivery go to the dead-letter topic before the application sees them."""
+        """S4: records on their last delivery go to the dead-letter topic before the application sees
+        them, all of a batch in one round trip (the shorter the wait, the less a SIGKILL meanwhile takes)."""
         limit = self._settings.delivery_limit
-        for message in records:
-            count = message.delivery_count() or 0
-            if count < limit or message.error() is not None:
-                continue
-            reason = LastDelivery(
-                f"delivery {count} of the group's limit of {limit}: the broker archives the record if it is not "
-                "accepted now; written here before processing, so it may also have been processed"
+        last = [(m, count) for m in records if (count := m.delivery_count() or 0) >= limit and m.error() is None]
+        if not last:
+            return
+        copies: list[tuple[Message, Exception, int]] = [
+            (
+                message,
+                LastDelivery(
+                    f"delivery {count} of the group's limit of {limit}: the broker archives the record if it is not "
+                    "accepted now; written here before processing, so it may also have been processed"
+                ),
+                count,
             )
-            try:
-                self._writer.write(policy, message, reason, "last-delivery", count)
-            except Exception as exc:  # noqa: BLE001 - handed out all the same; a failure of handle() dead-letters it
-                logger.warning(
-                    "could not copy %s [%s] at offset %s (its last delivery) to %r: %s",
-                    message.topic(),
-                    message.partition(),
-                    message.offset(),
-                    policy.topic,
-                    exc,
-                )
+            for message, count in last
+        ]
+        try:
+            failed = self._writer.write_all(policy, copies, "last-delivery")
+        except Exception as exc:  # noqa: BLE001 - handed out all the same; a failure of handle() dead-letters it
+            failed = [(message, exc) for message, _count in last]
+        for message, why in failed:
+            logger.warning(
+                "could not copy %s [%s] at offset %s (its last delivery) to %r: %s",
+                message.topic(),
+                message.partition(),
+                message.offset(),
+                policy.topic,
+                why,
+            )
 
 
 def _weak_method(ref: weakref.ref[SafeShareConsumer], name: str) -> Callable[..., Any]:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Message, ShareConsumer
+from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 
 from safeconsumer import DeadLetter
 from safeconsumer.health._share_look import describe_share_group
@@ -408,3 +408,33 @@ def test_a_handler_failing_everything_stops_the_share_consumer(
     assert "max_dead_letter_ratio" in str(raised[0]) and kafka.end_offsets(dlt) == {0: 51}
     with pytest.raises(PoisonLimitError):
         c.poll(0)
+
+
+def test_a_batch_on_its_last_delivery_is_copied_whole_before_the_application_sees_it(
+    kafka: KafkaTestKit, closing: list[ShareConsumer]
+) -> None:
+    """S4 for a whole batch: 20 records on their last delivery (limit 2) are all in the dead-letter
+    topic when ``poll()`` returns them, written in one round trip."""
+    topic, group, dlt = kafka.create_topic(partitions=1), kafka.name("g"), kafka.create_topic(partitions=1)
+    set_group_config(
+        kafka,
+        group,
+        share_auto_offset_reset="earliest",
+        share_record_lock_duration_ms=LONG_LOCK,
+        share_delivery_count_limit="2",
+    )
+    _one_batch(kafka, topic, 20)
+    c = SafeShareConsumer(_conf(kafka, group, "explicit"), poison=DeadLetter(dlt))
+    closing.append(c)
+    c.subscribe([topic])
+    wait_until(lambda: c.group_settings.delivery_limit == 2, timeout=10, what="the limit read")
+    first = _batch(c, 20)
+    for m in first:
+        c.acknowledge(m, AcknowledgeType.RELEASE)
+    c.commit_sync(10)
+    second = _batch(c, 20)
+    assert all(m.delivery_count() == 2 for m in second)
+    assert kafka.end_offsets(dlt) == {0: 20}
+    copies = read_dead_letters(kafka.client_config, dlt, 20)
+    assert sorted(view.original_offset or 0 for view, _ in copies) == list(range(20))
+    assert {view.stage for view, _ in copies} == {"last-delivery"}
