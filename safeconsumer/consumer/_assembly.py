@@ -30,7 +30,8 @@ from confluent_kafka import Consumer, KafkaException
 
 from ..health._explainer import GroupDescriber, RebalanceExplainer, admin_config
 from ..health._memory import ConsumerBudget, parse_budget
-from ..poison._policy import DeadLetterWriter, PartitionBounds, PoisonHandler, PoisonPolicy, check_policy
+from ..poison._policy import DeadLetterWriter, PoisonHandler, PoisonPolicy, check_policy
+from ..poison._retries import PartitionBounds
 from ._auth import AuthWatch, ErrorTap
 from ._client import RawClient
 from ._delivery import DeliveryGate

@@ -22,7 +22,7 @@ from typing import cast
 
 from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaException, Message, ShareConsumer
 
-from ..poison._policy import RetryBounds
+from ..poison._retries import RetryBounds
 from ._batch import Batch, is_record
 from ._group import GroupLook
 from ._overruns import Overruns

@@ -12,7 +12,8 @@ from confluent_kafka import KafkaError, Message
 
 from safeconsumer import DeadLetter, PoisonLimitError, Skip
 from safeconsumer._errors import FatalConsumerError
-from safeconsumer.poison._policy import DeadLetterWriter, PartitionBounds, PoisonHandler
+from safeconsumer.poison._policy import DeadLetterWriter, PoisonHandler
+from safeconsumer.poison._retries import PartitionBounds
 
 
 class Fakes:
