@@ -82,7 +82,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
@@ -1096,46 +1096,14 @@ class ShareSoak:
                     f.unexplained.append(key)
 
 
-def run_share_soak(
-    kit: KafkaTestKit,
-    mode: str,
-    *,
-    seconds: float,
-    seed: str,
-    rate: float = 100.0,
-    members: int = 5,
-    kills: bool = True,
-    faults: Cluster | None = None,
-    fault_every: float = 40.0,
-    drain_timeout: float = 120.0,
-    log_dir: Path | None = None,
-    keep_logs: bool = False,
-    progress_every: float | None = 60.0,
-    verbose: bool = False,
-    broker_logs: Sequence[Path] = (),
-) -> Figures:
+def run_share_soak(kit: KafkaTestKit, mode: str, **options: Any) -> Figures:
     """One soak of ``mode`` on ``kit``'s broker. ``kills=False``: members are only SIGTERMed (see the
     module: what a SIGKILL can lose). ``faults``: the two-broker cluster ``kit`` is on, whose second
     broker is SIGKILLed and started again every ``fault_every`` seconds. ``log_dir``: where the
     members' stderr files go (kept); by default a directory under ``out/soak`` kept only when the
-    run fails. ``broker_logs``: the brokers' log files, to say when a lost record was last handed out."""
-    return ShareSoak(
-        kit,
-        mode,
-        seconds=seconds,
-        seed=seed,
-        rate=rate,
-        members=members,
-        kills=kills,
-        faults=faults,
-        fault_every=fault_every,
-        drain_timeout=drain_timeout,
-        log_dir=log_dir,
-        keep_logs=keep_logs,
-        progress_every=progress_every,
-        verbose=verbose,
-        broker_logs=broker_logs,
-    ).run()
+    run fails. ``broker_logs``: the brokers' log files, to say when a lost record was last handed out. The options are
+    :class:`ShareSoak`'s."""
+    return ShareSoak(kit, mode, **options).run()
 
 
 @contextlib.contextmanager
