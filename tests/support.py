@@ -293,3 +293,82 @@ def run_suite(
         name = case.get("name", "?")
         outcomes[f"{case.get('classname', '?')}::{name}" if qualified else name] = outcome
     return outcomes
+
+
+def broker_dlq(
+    kafka: KafkaTestKit,
+    group: str,
+    *,
+    topic: str | None = None,
+    enabled: bool = True,
+    copy_record: bool = True,
+) -> str:
+    """Kafka 4.4's dead-letter queue of share group ``group`` (KIP-1191): a topic named with the
+    broker's prefix (``dlq.``) created with ``errors.deadletterqueue.group.enable`` (unless not
+    ``enabled``), set as the group's ``errors.deadletterqueue.topic.name``. Returns the topic."""
+    name = topic or f"dlq.{kafka.name('d')}"
+    kafka.create_topic(name, config={"errors.deadletterqueue.group.enable": "true"} if enabled else None)
+    set_group_config(
+        kafka,
+        group,
+        errors_deadletterqueue_topic_name=name,
+        errors_deadletterqueue_copy_record_enable="true" if copy_record else "false",
+    )
+    return name
+
+
+def start_share_member(kafka: KafkaTestKit, topic: str, group: str, *, safe: str | None = None) -> Any:
+    """A ``share_kill_proc`` member (see there) in its own process, subscribed once this returns."""
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "tests.integration.share_kill_proc", kafka.bootstrap_servers, topic, group]
+    proc = subprocess.Popen(
+        [*args, *(["--safe", safe] if safe else [])], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line.strip() != "R":
+        proc.kill()
+        _out, err = proc.communicate(timeout=30)
+        raise AssertionError(f"share member exited {proc.returncode} before subscribing: {err[-2000:]}")
+    return proc
+
+
+def kill_after(proc: Any, records: int, *, delivery: int, timeout: float = 60) -> list[tuple[int, int]]:
+    """SIGKILL ``proc`` (a :func:`start_share_member`) once it printed ``records`` records on their
+    ``delivery``-th delivery; returns every (offset, delivery count) it printed. Its exit status must
+    be the SIGKILL's, its stderr free of tracebacks."""
+    import queue
+    import signal
+    import threading
+
+    lines: queue.Queue[str] = queue.Queue()
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True)
+    reader.start()
+    got: list[tuple[int, int]] = []
+    deadline = time.monotonic() + timeout
+    while sum(1 for _o, d in got if d == delivery) < records:
+        if time.monotonic() > deadline or (proc.poll() is not None and lines.empty()):
+            proc.kill()
+            _out, err = proc.communicate(timeout=30)
+            raise AssertionError(f"member printed {got} (exit {proc.returncode}); stderr: {err[-2000:]}")
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if line.startswith("G "):
+            _g, offset, count = line.split()
+            got.append((int(offset), int(count)))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    reader.join(10)  # at the end of its output
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.stderr.close()
+    stdout.close()
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, err[-2000:])
+    assert "Traceback" not in err, err[-2000:]
+    return got

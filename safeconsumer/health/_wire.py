@@ -209,6 +209,9 @@ class Reader:
             self.uvarint()  # tag
             self._take(self.uvarint())
 
+    def skip(self, n: int) -> None:
+        self._take(n)
+
 
 # -- connection settings ---------------------------------------------------------------------------
 
@@ -397,6 +400,10 @@ class Connection:
     def close(self) -> None:
         self._sock.close()
 
+    #: The cluster's finalized feature levels (``share.version``, ``metadata.version``...) as this
+    #: broker's ApiVersions answered them (v3's tagged field 2); empty when it named none.
+    finalized_features: dict[str, int]
+
     def __enter__(self) -> Connection:
         return self
 
@@ -455,7 +462,10 @@ class Connection:
             x.skip_tags()
             return key, low, high
 
-        return {key: (low, high) for key, low, high in r.compact_array(one)}
+        versions = {key: (low, high) for key, low, high in r.compact_array(one)}
+        r.int32()  # throttle
+        self.finalized_features = _finalized_features(r)
+        return versions
 
     def _login(self) -> None:
         settings = self._settings
@@ -481,6 +491,25 @@ class Connection:
             # The broker's message names the mechanism and user, never the password.
             raise WireError(f"authentication failed at {self.address}: {message or f'error {code}'}")
         return answer
+
+
+def _finalized_features(r: Reader) -> dict[str, int]:
+    """ApiVersions v3's tagged fields, of which tag 2 is FinalizedFeatures: (name, max level, min level)."""
+    features: dict[str, int] = {}
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        if tag != 2:
+            r.skip(size)
+            continue
+
+        def one(x: Reader) -> tuple[str, int]:
+            name, level = x.compact_str(), x.int16()
+            x.int16()  # min level
+            x.skip_tags()
+            return name, level
+
+        features.update(r.compact_array(one))
+    return features
 
 
 def bootstrap(servers: str, settings: Settings, timeout: float) -> Connection:

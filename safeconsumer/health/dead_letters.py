@@ -15,6 +15,13 @@ archive never holds the only trace: such a copy with no later failure copy of th
 marked ``may_be_processed`` (the application may have processed it, or died on it); replay it only
 if its processing is idempotent or known not to have happened.
 
+Where the broker writes a share group's copies (Kafka 4.4, the group's dead-letter queue), the
+topic holds the broker's copies (``__dlq.errors.*`` headers), read into the same view: stage
+``rejected`` (the client rejected it: its processing failed) or ``delivery-limit`` (archived past
+the group's delivery limit: it may have been processed), ``by_broker`` true, its delivery count, and
+its age from when the broker wrote it (the broker's copy keeps no original timestamp). Both kinds
+replay alike, their headers left off.
+
 Exit status, as the doctor's: 0 the topic is empty (or everything asked for was replayed), 1 it
 holds records, 2 the cluster or the topic cannot be reached (or a replay failed).
 """
@@ -33,7 +40,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from ..poison._policy import HEADER_PREFIX
+from ..poison._policy import BROKER_HEADER_PREFIX, HEADER_PREFIX
 from ._cli import add_config_option
 from ._explainer import HELPER_LOG
 
@@ -57,8 +64,13 @@ class DeadRecord:
     exception_message: str | None
     age_seconds: float | None
     #: A copy made at the record's last delivery to a share group, before processing, with no later
-    #: copy saying its processing failed: it may also have been processed.
+    #: copy saying its processing failed (or the broker's copy of a record archived past its delivery
+    #: limit): it may also have been processed.
     may_be_processed: bool = False
+    #: The delivery count at which the broker copied it (a broker's copy only).
+    delivery_count: int | None = None
+    #: Written by the broker (the share group's dead-letter queue, Kafka 4.4), not by safeconsumer.
+    by_broker: bool = False
 
 
 class CannotRead(Exception):
@@ -129,6 +141,8 @@ def _mark_processed(records: list[tuple[DeadRecord, Message]]) -> list[tuple[Dea
 
 def _view(msg: Message, partition: int, offset: int) -> DeadRecord:
     raw_headers: Any = msg.headers() or []
+    if any(k.startswith(BROKER_HEADER_PREFIX) for k, _v in raw_headers):
+        return _broker_view(msg, raw_headers, partition, offset)
     headers = {k[len(HEADER_PREFIX) :]: v for k, v in raw_headers if k.startswith(HEADER_PREFIX)}
 
     def text(name: str) -> str | None:
@@ -155,6 +169,44 @@ def _view(msg: Message, partition: int, offset: int) -> DeadRecord:
     )
 
 
+#: The stages of the broker's copies (Kafka 4.4, a share group's dead-letter queue): a record the
+#: client rejected, and one archived past the group's delivery limit (released or its lock ran out
+#: on its last delivery: it may have been processed).
+BROKER_REJECTED, BROKER_DELIVERY_LIMIT = "rejected", "delivery-limit"
+
+
+def _broker_view(msg: Message, raw_headers: Any, partition: int, offset: int) -> DeadRecord:
+    """A copy the broker wrote (``__dlq.errors.*`` headers); its timestamp is when it was written."""
+    headers = {k[len(BROKER_HEADER_PREFIX) :]: v for k, v in raw_headers if k.startswith(BROKER_HEADER_PREFIX)}
+
+    def text(name: str) -> str | None:
+        value = headers.get(name)
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+    def number(name: str) -> int | None:
+        value = text(name)
+        return int(value) if value is not None and value.lstrip("-").isdigit() else None
+
+    message = text("message")
+    rejected = message is not None and "rejected" in message.lower()
+    _ts_type, ts = msg.timestamp()
+    return DeadRecord(
+        partition,
+        offset,
+        text("topic"),
+        number("partition"),
+        number("offset"),
+        text("group"),
+        BROKER_REJECTED if rejected else BROKER_DELIVERY_LIMIT,
+        None,
+        message,
+        round(time.time() - ts / 1000, 1) if ts > 0 else None,
+        may_be_processed=not rejected,
+        delivery_count=number("delivery.count"),
+        by_broker=True,
+    )
+
+
 def replay(connection: Mapping[str, Any], records: list[tuple[DeadRecord, Message]], timeout: float) -> int:
     """Produce each record back to its original topic (safeconsumer's headers left off); how many
     the broker acknowledged. Raises ``RuntimeError`` naming the first that failed."""
@@ -173,7 +225,7 @@ def replay(connection: Mapping[str, Any], records: list[tuple[DeadRecord, Messag
         if view.original_topic is None:
             raise RuntimeError(f"record {view.partition}:{view.offset} names no original topic")
         raw_headers: Any = msg.headers() or []
-        headers = [(k, v) for k, v in raw_headers if not k.startswith(HEADER_PREFIX)]
+        headers = [(k, v) for k, v in raw_headers if not k.startswith((HEADER_PREFIX, BROKER_HEADER_PREFIX))]
         _ts_type, ts = msg.timestamp()
         extra: dict[str, Any] = {"timestamp": ts} if ts > 0 else {}
         producer.produce(
@@ -263,10 +315,14 @@ def _render(topic: str, views: list[DeadRecord], replayed: int) -> str:
         lines[0] += f", {maybe} of them copied at their last delivery and may also have been processed"
     for v in views:
         age = "?" if v.age_seconds is None else f"{v.age_seconds:.0f}s"
+        why = (
+            f"{v.stage} (by the broker, delivery {v.delivery_count}): {v.exception_message}"
+            if v.by_broker
+            else f"{v.stage}: {v.exception_class}: {v.exception_message}"
+        )
         lines.append(
             f"  {v.partition}:{v.offset}  from {v.original_topic} [{v.original_partition}] @ {v.original_offset}"
-            f"  group {v.group}  {v.stage}: {v.exception_class}: {v.exception_message}  age {age}"
-            + ("  (may also have been processed)" if v.may_be_processed else "")
+            f"  group {v.group}  {why}  age {age}" + ("  (may also have been processed)" if v.may_be_processed else "")
         )
     if replayed:
         lines.append(f"replayed {replayed} record(s) to their original topics")

@@ -77,6 +77,8 @@ __all__ = [
 _T = TypeVar("_T")
 
 HEADER_PREFIX = "safeconsumer.dlt."
+#: The header prefix of the copies a broker writes to a share group's dead-letter queue (Kafka 4.4).
+BROKER_HEADER_PREFIX = "__dlq.errors."
 #: The longest exception message written into a header.
 _MESSAGE_LIMIT = 1000
 

@@ -76,9 +76,10 @@ from .._errors import (
 )
 from ..consumer._lifecycle import FatalPolicy, exit_process
 from ..health._explainer import HELPER_LOG, admin_config
-from ..poison._policy import DeadLetter, DeadLetterWriter, PoisonHandler, check_policy
+from ..poison._policy import DeadLetter, PoisonHandler, check_policy
 from ._acks import Acknowledgements, LockBounds
 from ._batch import RELEASE_AT, WATCH, Batch, SafeMessages, taken_records
+from ._dlq import BrokerAwareWriter
 from ._group import STARTS, GroupLook, GroupSettings, Start
 from ._overruns import Overruns
 from ._pause import PauseMarks
@@ -139,7 +140,12 @@ class SafeShareConsumer(Acknowledgements):
     ``start``: where a share group without state starts (``"earliest"`` or ``"latest"``; None: the
     group's own setting, ``latest`` unless its operators set one).
     ``poison``: ``None`` (upstream's behaviour), ``Skip()`` or ``DeadLetter(topic, ...)``, used by
-    :meth:`handle` and for records on their last delivery.
+    :meth:`handle` and for records on their last delivery. Where the group's dead-letter queue in the
+    broker (Kafka 4.4, KIP-1191) is that topic and the broker can write it, the broker writes the
+    copies: a record that fails is rejected, and one past the delivery limit is copied as the broker
+    archives it, even when no member is alive.
+    ``group_dlq``: with ``poison=DeadLetter(topic)``, make ``topic`` the broker's dead-letter queue
+    of a share group that has no state yet (a live group's config is never changed; a WARNING says so).
     ``on_fatal``: what a fatal error does once the consumer has closed: ``"raise"`` it (and every
     later call raises it too) or ``"exit"`` the process (78 when the group is full, else 70).
     ``meter_provider`` / ``tracer_provider``: OpenTelemetry providers for its metrics and spans
@@ -151,6 +157,7 @@ class SafeShareConsumer(Acknowledgements):
         *args: Any,
         start: str | None = None,
         poison: object = None,
+        group_dlq: bool = False,
         on_fatal: FatalPolicy = "raise",
         meter_provider: Any = None,
         tracer_provider: Any = None,
@@ -163,6 +170,10 @@ class SafeShareConsumer(Acknowledgements):
         #: The fatal error that ended the consumer: every later call raises it.
         self._fatal: FatalConsumerError | None = None
         policy = check_policy(poison)
+        if not isinstance(group_dlq, bool):
+            raise TypeError(f"group_dlq must be a bool, not {type(group_dlq).__name__}")
+        if group_dlq and not isinstance(policy, DeadLetter):
+            raise ValueError("group_dlq=True needs poison=DeadLetter(topic): the topic it makes the group's DLQ")
         conf: Mapping[str, Any] = args[0] if args and isinstance(args[0], Mapping) else {}
         mode = conf.get(MODE_KEY, "implicit")
         #: Implicit mode is ours (librdkafka runs explicit underneath); an unknown mode is upstream's to refuse.
@@ -175,7 +186,13 @@ class SafeShareConsumer(Acknowledgements):
         #: (``max.poll.interval.ms``; upstream has refused a value that is not a number).
         self._max_poll = float(conf.get("max.poll.interval.ms", 300_000)) / 1000
         self._last_poll = time.monotonic()
-        self._look = GroupLook(self._group, admin_config(conf, "share"), self._start)
+        self._look = GroupLook(
+            self._group,
+            admin_config(conf, "share"),
+            self._start,
+            dead_letter_topic=policy.topic if isinstance(policy, DeadLetter) else None,
+            set_dlq=group_dlq,
+        )
         self._batch: Batch | None = None
         #: Held by the application's poll() and commit_*(), and while a keepalive timer gives records
         #: back (the application is inside the block); :meth:`_enter` says which application thread is in.
@@ -193,7 +210,8 @@ class SafeShareConsumer(Acknowledgements):
         self.released_early = 0
         self._telemetry = ShareTelemetry(self._group, meter_provider=meter_provider, tracer_provider=tracer_provider)
         self._overruns = Overruns(self._group, self._telemetry)
-        self._writer = DeadLetterWriter(self._group, admin_config(conf, "dead-letters"))
+        look = self._look
+        self._writer = BrokerAwareWriter(self._group, admin_config(conf, "dead-letters"), lambda: look.broker_copies)
         telemetry = self._telemetry
         me = weakref.ref(self)
         self._poison = PoisonHandler(
@@ -352,7 +370,7 @@ class SafeShareConsumer(Acknowledgements):
             for m in records:
                 if (count := m.delivery_count() or 1) > 1:
                     self._telemetry.redelivered(count)
-        if isinstance(self._poison.policy, DeadLetter):
+        if isinstance(self._poison.policy, DeadLetter) and not self._look.broker_copies:
             self._last_deliveries(records, self._poison.policy)
         return SafeMessages(batch.records, batch)
 

@@ -29,6 +29,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from ._dlq import BrokerDlq, check_broker_dlq, from_group_entries, set_group_dlq
+
 logger = logging.getLogger("safeconsumer")
 
 Start = Literal["earliest", "latest"]
@@ -52,6 +54,9 @@ class GroupSettings:
     auto_offset_reset: str = "latest"
     #: Whether ``share.auto.offset.reset`` is set on the group itself (not the broker's default).
     reset_is_the_groups: bool = False
+    #: The group's dead-letter queue in the broker (Kafka 4.4), checked when a consumer's policy
+    #: dead-letters (:func:`._dlq.check_broker_dlq`).
+    dlq: BrokerDlq = dataclasses.field(default_factory=BrokerDlq)
 
     @property
     def lock_seconds(self) -> float:
@@ -74,6 +79,7 @@ def read_settings(admin: AdminClient, group: str, timeout: float = 10.0) -> Grou
         delivery_limit=int(_value(entries, DELIVERY_LIMIT) or DEFAULT_DELIVERY_LIMIT),
         auto_offset_reset=str(reset),
         reset_is_the_groups=source is not None and _is_group_source(source),
+        dlq=from_group_entries(entries),
     )
 
 
@@ -144,9 +150,23 @@ class GroupLook:
     ``subscribe()`` and every :data:`REFRESH_EVERY` seconds after (on a thread: never on the
     application's), and a new group's start (``start``). It holds no consumer."""
 
-    def __init__(self, group: str, admin_conf: dict[str, Any], start: Start | None) -> None:
+    def __init__(
+        self,
+        group: str,
+        admin_conf: dict[str, Any],
+        start: Start | None,
+        *,
+        dead_letter_topic: str | None = None,
+        set_dlq: bool = False,
+    ) -> None:
         self.group = group
         self.start = start
+        #: The poison policy's dead-letter topic (``DeadLetter.topic``), if it has one: the group's
+        #: broker DLQ is then checked at each read, and relied on when it is that topic and usable.
+        self.dead_letter_topic = dead_letter_topic
+        #: ``group_dlq=True``: a group without state gets ``dead_letter_topic`` as its broker DLQ.
+        self.set_dlq = set_dlq
+        self._said_dlq: tuple[str, str | None, bool] | None = None
         self._admin_conf = admin_conf
         self._admin: AdminClient | None = None
         #: The group's settings as last read (Kafka's defaults before the first read).
@@ -162,12 +182,89 @@ class GroupLook:
     def close(self) -> None:
         self._admin = None
 
+    @property
+    def broker_copies(self) -> bool:
+        """Whether the broker writes the dead-letter copies (S4): the group's DLQ is the policy's
+        topic and the broker can write it. The consumer then rejects what fails and copies nothing."""
+        dlq = self.settings.dlq
+        return self.dead_letter_topic is not None and dlq.usable and dlq.topic == self.dead_letter_topic
+
     def read(self) -> None:
         try:
-            self.settings = read_settings(self.admin(), self.group, ADMIN_TIMEOUT)
+            admin = self.admin()
+            settings = read_settings(admin, self.group, ADMIN_TIMEOUT)
+            if self.dead_letter_topic is not None and settings.dlq.topic:
+                settings = dataclasses.replace(
+                    settings, dlq=check_broker_dlq(settings.dlq, admin, self._admin_conf, ADMIN_TIMEOUT)
+                )
+            self.settings = settings
+            self._say_dlq()
         except Exception as exc:  # noqa: BLE001 - the last known settings stay; said once per failure
             logger.warning("could not read share group %r's settings: %s", self.group, exc)
         self._read_at = time.monotonic()
+
+    def _say_dlq(self) -> None:
+        """Once per state: whether the broker's copies are relied on, and what to fix when they cannot be."""
+        topic, dlq = self.dead_letter_topic, self.settings.dlq
+        if topic is None:
+            return
+        state = (dlq.topic, dlq.problem, dlq.known)
+        if state == self._said_dlq:
+            return
+        self._said_dlq = state
+        if self.broker_copies:
+            logger.info(
+                "share group %r: the broker writes the dead-letter copies to %r (the group's dead-letter queue): "
+                "a record that fails is rejected, and one past the delivery limit is copied as it is archived",
+                self.group,
+                topic,
+            )
+        elif dlq.topic == topic:
+            logger.warning(
+                "share group %r: the broker's dead-letter queue %r is not relied on: %s; the consumer writes its "
+                "own copies",
+                self.group,
+                topic,
+                dlq.problem,
+            )
+        elif dlq.topic:
+            logger.warning(
+                "share group %r's dead-letter queue is %r, poison=DeadLetter(%r) another: a record that fails is "
+                "copied to both, and the consumer copies records on their last delivery to %r",
+                self.group,
+                dlq.topic,
+                topic,
+                topic,
+            )
+
+    def settle_dlq(self, exists: bool) -> None:
+        """``group_dlq=True``: a group without state gets the policy's topic as its broker DLQ; a live
+        group's config is its operators' (a WARNING says what was not applied)."""
+        topic, dlq = self.dead_letter_topic, self.settings.dlq
+        if not self.set_dlq or topic is None or dlq.topic == topic:
+            return
+        if not dlq.known:
+            logger.warning(
+                "share group %r: group_dlq=True was not applied: the cluster has no share-group dead-letter queue "
+                "(Kafka 4.4, KIP-1191); the consumer writes its own copies to %r",
+                self.group,
+                topic,
+            )
+            return
+        if exists or dlq.topic:
+            logger.warning(
+                "share group %r %s; group_dlq=True was not applied (a live group's config is its operators'; "
+                "change it with kafka-configs --entity-type groups --add-config %s=%s,%s=true)",
+                self.group,
+                f"has the dead-letter queue {dlq.topic!r}" if dlq.topic else "exists without a dead-letter queue",
+                "errors.deadletterqueue.topic.name",
+                topic,
+                "errors.deadletterqueue.copy.record.enable",
+            )
+            return
+        set_group_dlq(self.admin(), self.group, topic, ADMIN_TIMEOUT)
+        logger.info("share group %r: its dead-letter queue in the broker is now %r", self.group, topic)
+        self.read()
 
     def maybe_refresh(self, now: float) -> None:
         if now - self._read_at < REFRESH_EVERY or (self._refreshing is not None and self._refreshing.is_alive()):
@@ -179,15 +276,18 @@ class GroupLook:
     def first_subscribe(self, topics: list[str]) -> None:
         """S5 at the first ``subscribe()``: whether the cluster lists the group is asked before the
         member joins (it would list it then), bounded by :data:`EXISTS_TIMEOUT` (a cluster that does
-        not answer: treated as listing it, nothing is changed). With ``start``, the group's start is
-        settled before ``subscribe()`` returns (:data:`ADMIN_TIMEOUT` per request); without, the rest
-        (its settings, the WARNING of a new group starting past records) runs on a thread of its own."""
+        not answer: treated as listing it, nothing is changed). With ``start``, or a dead-letter topic,
+        the group's start and its broker DLQ are settled before ``subscribe()`` returns
+        (:data:`ADMIN_TIMEOUT` per request); without, the rest (its settings, the WARNING of a new
+        group starting past records) runs on a thread of its own."""
         try:
             exists = group_exists(self.admin(), self.group, EXISTS_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - unknown: treated as existing, nothing is changed
             logger.warning("could not list share group %r: %s; its start is left as it is", self.group, exc)
             exists = True
-        if self.start is not None:
+        if self.start is not None or self.dead_letter_topic is not None:
+            # Settled before the first poll: a record's start, and who writes its dead-letter copy
+            # (the consumer copying a last delivery the broker copies too would be two copies).
             self.look(topics, exists)
             return
         # The thread holds this look, never the consumer (a dropped consumer is freed where it is dropped).
@@ -197,6 +297,7 @@ class GroupLook:
         """The group's settings, its start (``start``), and the WARNING of a new group starting past records."""
         admin = self.admin()
         self.read()
+        self.settle_dlq(exists)
         settings = self.settings
         if self.start is not None and self.start != settings.auto_offset_reset:
             if exists or settings.reset_is_the_groups:

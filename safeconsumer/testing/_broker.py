@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -55,6 +56,8 @@ class Broker:
     _process: _Process | None = field(default=None, repr=False, compare=False)
     sasl_ssl: SaslSsl | None = None
     """A secured broker's listener, user and CA (``security="sasl_ssl"``); None otherwise."""
+    version: str | None = None
+    """The Apache Kafka release this process started (None for an existing cluster)."""
 
     @property
     def client_config(self) -> dict[str, Any]:
@@ -135,6 +138,8 @@ def launch_broker(
     settings = {str(k): str(v) for k, v in (overrides or {}).items()}
     if security not in ("plaintext", "sasl_ssl"):
         raise ValueError(f"security={security!r}: expected 'plaintext' or 'sasl_ssl'")
+    if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+\.\d+", version):
+        raise ValueError(f"version={version!r}: expected an Apache Kafka release such as {KAFKA_VERSION!r}")
     kind = choose_kind()
     if security == "sasl_ssl" and kind != "local":
         raise BrokerStartError(
@@ -155,9 +160,9 @@ def launch_broker(
         if not docker_engine_available():
             raise BrokerStartError(
                 f"SAFECONSUMER_BROKER=container, but no Docker engine answers at {docker_engine()} "
-                f"(image {container_image()!r}); start one, or unset SAFECONSUMER_BROKER to use local jars"
+                f"(image {container_image(version)!r}); start one, or unset SAFECONSUMER_BROKER to use local jars"
             )
-        process = ContainerBroker(settings)
+        process = ContainerBroker(settings, version=version)
         process.startup_timeout = startup_timeout
     else:
         process = LocalBroker(
@@ -193,7 +198,7 @@ def launch_broker(
         process.stop()
         raise
     pid = process.pid if isinstance(process, LocalBroker) else None
-    return Broker(process.bootstrap_servers, kind, settings, process.log_path, pid, process, secured)
+    return Broker(process.bootstrap_servers, kind, settings, process.log_path, pid, process, secured, version)
 
 
 @contextmanager

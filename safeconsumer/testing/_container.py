@@ -22,7 +22,7 @@ from ._settings import apache_env, broker_settings, node_settings
 
 logger = logging.getLogger(__name__)
 
-#: Apache's image of the same Kafka version the local launcher runs.
+#: Apache's image of the same Kafka version the local launcher runs by default.
 DEFAULT_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
 
 #: Inside the container only: the KRaft controller's port, and where the data lives.
@@ -30,8 +30,11 @@ _CONTROLLER_PORT = 9093
 _LOG_DIRS = "/tmp/kraft-combined-logs"
 
 
-def container_image() -> str:
-    """The image the container path runs: ``SAFECONSUMER_KAFKA_IMAGE``, else Apache's."""
+def container_image(version: str = KAFKA_VERSION) -> str:
+    """The image the container path runs for Kafka ``version``: ``SAFECONSUMER_KAFKA_IMAGE`` (for
+    the default version; ``SAFECONSUMER_KAFKA_IMAGE_4_3_1`` names one for 4.3.1), else Apache's."""
+    if version != KAFKA_VERSION:
+        return os.environ.get(f"SAFECONSUMER_KAFKA_IMAGE_{version.replace('.', '_')}") or f"apache/kafka:{version}"
     return os.environ.get("SAFECONSUMER_KAFKA_IMAGE") or DEFAULT_IMAGE
 
 
@@ -87,9 +90,11 @@ class ContainerBroker:
 
     log_path = None
 
-    def __init__(self, overrides: Mapping[str, str] | None = None, *, image: str | None = None) -> None:
+    def __init__(
+        self, overrides: Mapping[str, str] | None = None, *, image: str | None = None, version: str = KAFKA_VERSION
+    ) -> None:
         self.overrides = dict(overrides or {})
-        self.image = image or container_image()
+        self.image = image or container_image(version)
         self._container: Any = None
         self.bootstrap_servers = ""
         self.port = 0

@@ -221,12 +221,21 @@ class KafkaTestKit:
         )
 
     # -- topics --------------------------------------------------------------------------
-    def create_topic(self, name: str | None = None, partitions: int = 1, *, timeout: float = 30.0) -> str:
-        """Create a topic and wait until every partition has a leader. Returns its name."""
+    def create_topic(
+        self,
+        name: str | None = None,
+        partitions: int = 1,
+        *,
+        config: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> str:
+        """Create a topic (with topic ``config``) and wait until every partition has a leader.
+        Returns its name."""
         topic = name or self.name("t")
+        new = NewTopic(topic, partitions, 1, config=dict(config or {}))
         for attempt in self._retrying(timeout):
             with attempt:
-                futures = self.admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=timeout)
+                futures = self.admin.create_topics([new], operation_timeout=timeout)
                 try:
                     futures[topic].result()
                 except KafkaException as exc:

@@ -40,9 +40,12 @@ from ._settings import BROKER_SETTINGS, broker_node_settings, broker_settings, n
 
 logger = logging.getLogger(__name__)
 
-#: The Apache Kafka release the launcher runs: the newest 4.x whose artifacts
-#: all resolve from Maven Central (4.4.0 lacks ``kafka-tools-api`` there).
-KAFKA_VERSION = "4.3.1"
+#: The Apache Kafka release the launcher runs unless told otherwise: the newest one.
+KAFKA_VERSION = "4.4.0"
+
+#: The Apache Kafka releases safeconsumer supports and tests against, newest first (brokers upgrade
+#: before clients: both run side by side in the field).
+KAFKA_VERSIONS = ("4.4.0", "4.3.1")
 
 #: The shared table (kept under its old name for code that imported it from here).
 BASE_SETTINGS = BROKER_SETTINGS

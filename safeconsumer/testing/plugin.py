@@ -14,6 +14,10 @@ Fixtures:
   take ``broker.client_config``).
 - ``kafka`` (function): a :class:`KafkaTestKit` on the shared broker whose names
   carry the test's name, for topics, records and group state.
+- ``kafka_version`` (session): the Apache Kafka release of the brokers above, the newest supported
+  (:data:`KAFKA_VERSION`) unless the test is marked ``@pytest.mark.kafka_versions``: such a test runs
+  once per supported release (:data:`KAFKA_VERSIONS`, test ids ``[4.4.0]``, ``[4.3.1]``), or once per
+  release it names (``@pytest.mark.kafka_versions("4.3.1")``), each on brokers of that release.
 
 A broker that cannot start fails every test that needs it, loudly, with the
 reason and the broker log. It never skips: a skipped Kafka test is no evidence.
@@ -29,22 +33,31 @@ import pytest
 from ._broker import Broker, Security, launch_broker
 from ._errors import BrokerStartError
 from ._kit import KafkaTestKit
+from ._local import KAFKA_VERSION, KAFKA_VERSIONS
+
+_Key = tuple[frozenset[tuple[str, str]], Security, str]
 
 
 class _BrokerPool:
     """Brokers started during this session, keyed by their overrides; failures are cached too."""
 
     def __init__(self) -> None:
-        self._brokers: dict[tuple[frozenset[tuple[str, str]], Security], Broker] = {}
-        self._failures: dict[tuple[frozenset[tuple[str, str]], Security], str] = {}
+        self._brokers: dict[_Key, Broker] = {}
+        self._failures: dict[_Key, str] = {}
 
-    def get(self, overrides: Mapping[str, str] | None = None, *, security: Security = "plaintext") -> Broker:
-        key = (frozenset((str(k), str(v)) for k, v in (overrides or {}).items()), security)
+    def get(
+        self,
+        overrides: Mapping[str, str] | None = None,
+        *,
+        security: Security = "plaintext",
+        version: str = KAFKA_VERSION,
+    ) -> Broker:
+        key = (frozenset((str(k), str(v)) for k, v in (overrides or {}).items()), security, version)
         if key in self._failures:
             pytest.fail(self._failures[key], pytrace=False)
         if key not in self._brokers:
             try:
-                self._brokers[key] = launch_broker(dict(key[0]), security=security)
+                self._brokers[key] = launch_broker(dict(key[0]), security=security, version=version)
             except BrokerStartError as exc:
                 self._failures[key] = f"no Kafka broker could be started: {exc}"
                 pytest.fail(self._failures[key], pytrace=False)
@@ -65,10 +78,34 @@ def _kafka_pool() -> Iterator[_BrokerPool]:
         pool.stop_all()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "kafka_versions(*versions): run the test once per Apache Kafka release (default: every supported one)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    mark = metafunc.definition.get_closest_marker("kafka_versions")
+    if mark is None or "kafka_version" not in metafunc.fixturenames:
+        return
+    versions = mark.args or KAFKA_VERSIONS
+    unknown = [v for v in versions if v not in KAFKA_VERSIONS]
+    if unknown:
+        raise pytest.UsageError(f"kafka_versions{tuple(unknown)}: supported releases are {KAFKA_VERSIONS}")
+    metafunc.parametrize("kafka_version", list(versions), indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def kafka_broker(_kafka_pool: _BrokerPool) -> Broker:
-    """The session's shared broker."""
-    return _kafka_pool.get()
+def kafka_version(request: pytest.FixtureRequest) -> str:
+    """The Apache Kafka release of this test's brokers (see ``@pytest.mark.kafka_versions``)."""
+    return str(getattr(request, "param", KAFKA_VERSION))
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(_kafka_pool: _BrokerPool, kafka_version: str) -> Broker:
+    """The session's shared broker (one per Kafka release the session's tests ask for)."""
+    return _kafka_pool.get(version=kafka_version)
 
 
 @pytest.fixture(scope="session")
@@ -78,10 +115,17 @@ def kafka_bootstrap(kafka_broker: Broker) -> str:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker_factory(_kafka_pool: _BrokerPool) -> Callable[..., Broker]:
-    """``factory({"group.max.size": "2"})`` -> a broker with those settings (shared per settings);
-    ``factory({}, security="sasl_ssl")`` -> a secured broker."""
-    return _kafka_pool.get
+def kafka_broker_factory(_kafka_pool: _BrokerPool, kafka_version: str) -> Callable[..., Broker]:
+    """``factory({"group.max.size": "2"})`` -> a broker with those settings (shared per settings and
+    release); ``factory({}, security="sasl_ssl")`` -> a secured broker; ``version=`` another release
+    than the test's."""
+
+    def get(
+        overrides: Mapping[str, str] | None = None, *, security: Security = "plaintext", version: str | None = None
+    ) -> Broker:
+        return _kafka_pool.get(overrides, security=security, version=version or kafka_version)
+
+    return get
 
 
 @pytest.fixture
