@@ -346,7 +346,12 @@ def kill_after(proc: Any, records: int, *, delivery: int, timeout: float = 60) -
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stdout is not None
     stdout = proc.stdout
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True)
+
+    def read() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     got: list[tuple[int, int]] = []
     deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ Then SafeShareConsumer (S4) relying on the broker's DLQ where it can, in both ac
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -17,7 +18,9 @@ from typing import Any
 import pytest
 from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
 
+from safeconsumer import DeadLetter
 from safeconsumer.health.dead_letters import read_dead_letters
+from safeconsumer.share import SafeShareConsumer
 from safeconsumer.testing import KafkaTestKit, wait_until
 
 from ..support import broker_dlq, kill_after, set_group_config, start_share_member
@@ -56,7 +59,9 @@ def _headers(m: Message) -> dict[str, str]:
     return {k: v.decode() for k, v in raw if isinstance(v, bytes)}
 
 
-def _marker_read(kafka: KafkaTestKit, c: ShareConsumer, topic: str, at: int, seen: list[Message]) -> None:
+def _marker_read(
+    kafka: KafkaTestKit, c: ShareConsumer, topic: str, at: int, seen: list[Message], *, explicit: bool = True
+) -> None:
     """Produce a marker at offset ``at`` and poll ``c`` (accepting) until it comes; what else comes is in ``seen``."""
     kafka.produce(topic, 1, partitions=1, start=at)
     marker: list[Message] = []
@@ -64,7 +69,8 @@ def _marker_read(kafka: KafkaTestKit, c: ShareConsumer, topic: str, at: int, see
     def step() -> None:
         for m in _records(c.poll(0.5)):
             (marker if m.offset() == at else seen).append(m)
-            c.acknowledge(m)
+            if explicit:
+                c.acknowledge(m)
         c.commit_sync(10)
 
     wait_until(lambda: marker, timeout=60, what="the marker read", step=step)
@@ -227,3 +233,184 @@ def test_raw_records_on_their_last_delivery_come_one_per_fetch(
     )
     last = [p for p in polls if any(d == 3 for _o, d in p)]
     assert [len(p) for p in last] == [1] * 6, polls
+
+
+# -- SafeShareConsumer ------------------------------------------------------------------------------
+
+
+def _safe(
+    kafka: KafkaTestKit, group: str, mode: str, dlq: str, closing: list[ShareConsumer], **options: Any
+) -> SafeShareConsumer:
+    c = SafeShareConsumer(_conf(kafka, group, mode), poison=DeadLetter(dlq, retries=0), **options)
+    closing.append(c)
+    return c
+
+
+def _fails_on_zero(m: Message) -> None:
+    if m.offset() == 0:
+        raise ValueError("offset 0 always fails")
+
+
+@pytest.mark.kafka_versions("4.4.0")
+@pytest.mark.parametrize("mode", MODES)
+def test_the_broker_copies_what_fails_and_the_consumer_copies_nothing(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """S4 with the broker's DLQ: of 5 records on their last delivery (limit 2), the one that fails is
+    rejected and copied once, by the broker; the 4 good ones are never copied (no "may be processed"
+    copies), and ``dead-letters`` reads the broker's copy."""
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(
+        kafka,
+        group,
+        share_auto_offset_reset="earliest",
+        share_delivery_count_limit="2",
+        share_record_lock_duration_ms=LONG_LOCK,
+    )
+    dlq = broker_dlq(kafka, group)
+    _one_batch(kafka, topic, 5)
+    first = ShareConsumer(_conf(kafka, group))  # takes the batch and gives it back: the next delivery is the last
+    first.subscribe([topic])
+    taken: list[Message] = []
+    wait_until(
+        lambda: taken, timeout=60, what="the first delivery", step=lambda: taken.extend(_records(first.poll(0.5)))
+    )
+    for m in taken:
+        first.acknowledge(m, AcknowledgeType.RELEASE)
+    first.commit_sync(10)
+    first.close()
+    c = _safe(kafka, group, mode, dlq, closing)
+    c.subscribe([topic])
+    assert "the broker writes the dead-letter copies" in caplog.text  # settled before subscribe() returned
+    again: list[Message] = []
+
+    def step() -> None:
+        for m in _records(c.poll(0.5)):
+            again.append(m)
+            c.handle(m, _fails_on_zero)
+        c.commit_sync(10)
+
+    wait_until(lambda: len(again) >= 5, timeout=60, what="the last deliveries handled", step=step)
+    assert {m.delivery_count() for m in again} == {2}
+    (copy,) = _copies(kafka, dlq, 1)
+    assert _headers(copy)["__dlq.errors.offset"] == "0" and copy.value() == b"0"
+    assert not any(k.startswith("safeconsumer.") for k in _headers(copy))
+    ((view, _m),) = read_dead_letters(kafka.client_config, dlq, 20)
+    assert (view.original_topic, view.original_offset, view.group) == (topic, 0, group)
+    assert view.stage == "rejected" and view.by_broker and not view.may_be_processed
+    seen: list[Message] = []
+    _marker_read(kafka, c, topic, 5, seen, explicit=mode == "explicit")
+    assert seen == [] and kafka.end_offsets(dlq) == {0: 1}, "one copy, and nothing handed out again"
+
+
+@pytest.mark.kafka_versions("4.4.0")
+def test_a_sigkilled_safe_member_loses_nothing_with_the_broker_dlq(kafka: KafkaTestKit) -> None:
+    """The window "Not yet" listed on 4.3 closes: SafeShareConsumer members SIGKILLed holding records
+    (the second on their last delivery) leave the copies to the broker, one per record."""
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(
+        kafka,
+        group,
+        share_auto_offset_reset="earliest",
+        share_delivery_count_limit="2",
+        share_record_lock_duration_ms="2000",
+    )
+    dlq = broker_dlq(kafka, group)
+    _one_batch(kafka, topic, 5)
+    kill_after(start_share_member(kafka, topic, group, safe=dlq), 5, delivery=1)
+    kill_after(start_share_member(kafka, topic, group, safe=dlq), 5, delivery=2)
+    copies = _copies(kafka, dlq, 5)
+    assert sorted(int(_headers(m)["__dlq.errors.offset"]) for m in copies) == list(range(5))
+    time.sleep(0)  # nothing else is written: the members never copied a last delivery themselves
+    assert kafka.end_offsets(dlq) == {0: 5}
+
+
+@pytest.mark.kafka_versions("4.4.0")
+@pytest.mark.parametrize("wrong", ["topic not enabled for groups", "name without the dlq. prefix", "headers only"])
+def test_a_broker_dlq_that_cannot_copy_is_reported_and_the_consumer_copies_itself(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], caplog: pytest.LogCaptureFixture, wrong: str
+) -> None:
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    if wrong == "topic not enabled for groups":
+        dlq, fix = broker_dlq(kafka, group, enabled=False), "errors.deadletterqueue.group.enable=true"
+    elif wrong == "headers only":
+        dlq, fix = broker_dlq(kafka, group, copy_record=False), "errors.deadletterqueue.copy.record.enable=true"
+    else:
+        dlq, fix = broker_dlq(kafka, group, topic=kafka.name("no-prefix")), "errors.deadletterqueue.topic.name.prefix"
+    _one_batch(kafka, topic, 2)
+    c = _safe(kafka, group, "explicit", dlq, closing)
+    c.subscribe([topic])
+    warnings = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "not relied on" in r.getMessage()
+    ]
+    assert len(warnings) == 1 and fix in warnings[0], caplog.text
+    got: list[Message] = []
+
+    def step() -> None:
+        for m in _records(c.poll(0.5)):
+            got.append(m)
+            c.handle(m, _fails_on_zero)
+        c.commit_sync(10)
+
+    wait_until(lambda: len(got) >= 2, timeout=60, what="the batch handled", step=step)
+    (copy,) = _copies(kafka, dlq, 1)
+    assert _headers(copy)["safeconsumer.dlt.original.offset"] == "0"
+    if wrong == "headers only":  # the broker also copies what the consumer rejects: its headers
+        wait_until(lambda: kafka.end_offsets(dlq) == {0: 2}, timeout=60, what="the broker's headers-only copy")
+    else:
+        c.close()
+        assert kafka.end_offsets(dlq) == {0: 1}
+
+
+@pytest.mark.kafka_versions("4.4.0")
+def test_group_dlq_makes_the_topic_the_dlq_of_a_new_group_only(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    topic, new, live = kafka.create_topic(partitions=1), kafka.name("new"), kafka.name("live")
+    dlq = f"dlq.{kafka.name('d')}"
+    kafka.create_topic(dlq, config={"errors.deadletterqueue.group.enable": "true"})
+    c = _safe(kafka, new, "implicit", dlq, closing, group_dlq=True)
+    c.subscribe([topic])
+    assert c.group_settings.dlq.topic == dlq and c.group_settings.dlq.copy_record
+    assert c._look.broker_copies
+    other = broker_dlq(kafka, live)
+    d = _safe(kafka, live, "implicit", dlq, closing, group_dlq=True)
+    d.subscribe([topic])
+    assert f"has the dead-letter queue {other!r}; group_dlq=True was not applied" in caplog.text
+    assert d.group_settings.dlq.topic == other and not d._look.broker_copies
+
+
+@pytest.mark.kafka_versions("4.3.1")
+def test_on_kafka_4_3_the_consumer_copies_itself_and_group_dlq_says_why_not(
+    kafka: KafkaTestKit, closing: list[ShareConsumer], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="safeconsumer")
+    topic, group, dlt = kafka.create_topic(partitions=1), kafka.name("g"), kafka.create_topic(partitions=1)
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms=LONG_LOCK)
+    _one_batch(kafka, topic, 2)
+    c = _safe(kafka, group, "explicit", dlt, closing, group_dlq=True)
+    c.subscribe([topic])
+    assert "the cluster has no share-group dead-letter queue" in caplog.text
+    got: list[Message] = []
+
+    def step() -> None:
+        for m in _records(c.poll(0.5)):
+            got.append(m)
+            c.handle(m, _fails_on_zero)
+        c.commit_sync(10)
+
+    wait_until(lambda: len(got) >= 2, timeout=60, what="the batch handled", step=step)
+    (copy,) = _copies(kafka, dlt, 1)
+    assert _headers(copy)["safeconsumer.dlt.original.offset"] == "0"
+
+
+def test_group_dlq_needs_a_dead_letter_policy(kafka: KafkaTestKit) -> None:
+    conf = _conf(kafka, kafka.name("g"))
+    with pytest.raises(ValueError, match=r"group_dlq=True needs poison=DeadLetter\(topic\)"):
+        SafeShareConsumer(conf, group_dlq=True)
+    with pytest.raises(TypeError, match="group_dlq must be a bool, not str"):
+        SafeShareConsumer(conf, poison=DeadLetter("dlq.x"), group_dlq="yes")  # type: ignore[arg-type]
