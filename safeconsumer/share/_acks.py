@@ -229,9 +229,8 @@ class Acknowledgements(ShareConsumer):
         """The next attempt at ``message`` would not fit in its lock (the poison policy's retries):
         it goes back to the group now, and its redelivery is the next attempt, unless this was its
         last delivery (False: the policy dead-letters it now)."""
-        limit = self._look.settings.delivery_limit
         count = message.delivery_count() or 1
-        if count >= limit:
+        if count >= self._look.last_delivery:
             return False
         if self._batch is None or self._closed:
             return True  # closed meanwhile: it went back with what the consumer held
@@ -249,7 +248,7 @@ class Acknowledgements(ShareConsumer):
             attempts,
             self._look.settings.lock_seconds,
             count,
-            limit,
+            self._look.settings.delivery_limit,
         )
         return True
 

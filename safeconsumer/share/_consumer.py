@@ -709,15 +709,21 @@ class SafeShareConsumer(Acknowledgements):
         """S4: records on their last delivery go to the dead-letter topic before the application sees
         them, all of a batch in one round trip (the shorter the wait, the less a SIGKILL meanwhile takes)."""
         limit = self._settings.delivery_limit
-        last = [(m, count) for m in records if (count := m.delivery_count() or 0) >= limit and m.error() is None]
+        at = self._look.last_delivery
+        last = [(m, count) for m in records if (count := m.delivery_count() or 0) >= at and m.error() is None]
         if not last:
             return
         copies: list[tuple[Message, Exception, int]] = [
             (
                 message,
                 LastDelivery(
-                    f"delivery {count} of the group's limit of {limit}: the broker archives the record if it is not "
-                    "accepted now; written here before processing, so it may also have been processed"
+                    (
+                        f"delivery {count} of the group's limit of {limit}"
+                        if self._look.known
+                        else f"delivery {count}, the group's limit unknown yet (its settings could not be read)"
+                    )
+                    + ": the broker archives the record if it is not accepted now; written here before "
+                    "processing, so it may also have been processed"
                 ),
                 count,
             )

@@ -144,6 +144,10 @@ EXISTS_TIMEOUT = 1.0
 #: Seconds between two reads of the group's settings while the consumer polls.
 REFRESH_EVERY = 60.0
 
+#: Seconds after a failed read before the next (Kafka's defaults may be far from the group's own:
+#: a 30 s lock where the group's is 3 s, 5 deliveries where it allows 3).
+RETRY_AFTER = 2.0
+
 
 class GroupLook:
     """What a share consumer knows of its group (S3, S5): its settings, read at the first
@@ -173,6 +177,8 @@ class GroupLook:
         self.settings = GroupSettings()
         self._read_at = 0.0
         self._refreshing: threading.Thread | None = None
+        #: Whether the group's settings were ever read (until then :attr:`settings` are Kafka's defaults).
+        self.known = False
 
     def admin(self) -> AdminClient:
         if self._admin is None:
@@ -198,10 +204,22 @@ class GroupLook:
                     settings, dlq=check_broker_dlq(settings.dlq, admin, self._admin_conf, ADMIN_TIMEOUT)
                 )
             self.settings = settings
+            self.known = True
             self._say_dlq()
         except Exception as exc:  # noqa: BLE001 - the last known settings stay; said once per failure
-            logger.warning("could not read share group %r's settings: %s", self.group, exc)
+            logger.warning(
+                "could not read share group %r's settings: %s; read again in %.0fs", self.group, exc, RETRY_AFTER
+            )
+            self._read_at = time.monotonic() - REFRESH_EVERY + RETRY_AFTER
+            return
         self._read_at = time.monotonic()
+
+    @property
+    def last_delivery(self) -> int:
+        """The delivery count from which a record is on its last delivery: the group's limit, or 2
+        while its settings were never read (a copy too many, never an archive without one)."""
+        limit = self.settings.delivery_limit
+        return limit if self.known else min(limit, 2)
 
     def _say_dlq(self) -> None:
         """Once per state: whether the broker's copies are relied on, and what to fix when they cannot be."""
