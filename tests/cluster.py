@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from safeconsumer.testing import KafkaTestKit, wait_until
-from safeconsumer.testing._local import LocalBroker, _java, kafka_lib_dir
+from safeconsumer.testing._local import KAFKA_VERSION, LocalBroker, _java, kafka_lib_dir
 
 #: A broker SIGKILLed by a fault is back once the controller let its session go: 10 s (the
 #: default 9 s; the test brokers' 30 s guards against CPU starvation in the parallel suite, which
@@ -47,10 +47,12 @@ UNLOADED = f"Finished unloading metadata for {OFFSETS_TOPIC}-0"
 class Cluster:
     """Two brokers; :meth:`move_coordinator` hands every group's coordinator to the other one."""
 
-    def __init__(self, settings: Mapping[str, str] | None = None) -> None:
-        """``settings``: broker settings for both nodes, after :data:`CLUSTER_SETTINGS`."""
+    def __init__(self, settings: Mapping[str, str] | None = None, *, version: str = KAFKA_VERSION) -> None:
+        """``settings``: broker settings for both nodes, after :data:`CLUSTER_SETTINGS`; ``version``:
+        their Apache Kafka release."""
         self.settings = {**CLUSTER_SETTINGS, **(settings or {})}
-        self.first = LocalBroker(self.settings)
+        self.version = version
+        self.first = LocalBroker(self.settings, version=version)
         self.second: LocalBroker | None = None
         #: Restarts run on this one thread, which lives as long as the cluster: a broker JVM dies
         #: with the thread that started it (PR_SET_PDEATHSIG), and a fault's thread may end first.
@@ -58,7 +60,7 @@ class Cluster:
 
     def start(self) -> None:
         self.first.start()
-        self.second = LocalBroker(self.settings, joins=self.first, node_id=2)
+        self.second = LocalBroker(self.settings, joins=self.first, node_id=2, version=self.version)
         self.second.start()
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
         wait_until(lambda: len(self.admin.list_topics(timeout=5).brokers) == 2, timeout=60, what="both brokers up")
@@ -112,7 +114,7 @@ class Cluster:
         before = wait_until(self.coordinator, timeout=30, what="the coordinator known") or 0
         target = 2 if before == 1 else 1
         unloads = self._unloads(before)
-        command = [_java(), "-cp", f"{kafka_lib_dir()}/*", str(MOVE_LEADER), self.bootstrap_servers]
+        command = [_java(), "-cp", f"{kafka_lib_dir(self.version)}/*", str(MOVE_LEADER), self.bootstrap_servers]
         moved = subprocess.run(
             [*command, OFFSETS_TOPIC, "0", str(target)],
             capture_output=True,
@@ -140,9 +142,9 @@ class Cluster:
 
 
 @contextmanager
-def running_cluster(settings: Mapping[str, str] | None = None) -> Iterator[Cluster]:
+def running_cluster(settings: Mapping[str, str] | None = None, *, version: str = KAFKA_VERSION) -> Iterator[Cluster]:
     """A started, warmed-up cluster (the offsets partition created, both replicas in sync), stopped at the end."""
-    c = Cluster(settings)
+    c = Cluster(settings, version=version)
     try:
         c.start()
         kit = KafkaTestKit(c.bootstrap_servers, prefix="warm")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from safeconsumer.testing import PROTOCOLS, Broker, KafkaTestKit, Protocol
+from safeconsumer.testing import KAFKA_VERSION, PROTOCOLS, Broker, KafkaTestKit, Protocol
 
 from .support import FULL_GROUP_LIMITS
 
@@ -48,6 +48,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.kafka)
         if OVERRIDE_BROKER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.xdist_group("override-brokers"))
+        # A grouped test run on another Kafka release than the default goes to a group of that
+        # release: the default release's group is not made twice as long on its one worker.
+        callspec = getattr(item, "callspec", None)
+        version = callspec.params.get("kafka_version") if callspec is not None else None
+        group = item.get_closest_marker("xdist_group")
+        if version and version != KAFKA_VERSION and group is not None and group.args:
+            item.add_marker(pytest.mark.xdist_group(f"{group.args[0]}@{version}"), append=False)
 
 
 @pytest.fixture(params=PROTOCOLS)

@@ -17,6 +17,9 @@ from safeconsumer.testing import KafkaTestKit, Protocol
 
 from ..support import Received, pump, pump_for
 
+#: Each runs on Kafka 4.4.0 and on 4.3.1 (brokers upgrade before clients).
+pytestmark = pytest.mark.kafka_versions
+
 
 def _moved_and_stayed(
     kafka: KafkaTestKit, make: Callable[[dict[str, object]], Consumer], protocol: Protocol

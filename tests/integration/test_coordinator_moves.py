@@ -53,6 +53,7 @@ def _failed_fetches(received: Received) -> list[KafkaError]:
     return [e for e in received.errors if e.str().startswith(FAILED_OFFSET_FETCH)]
 
 
+@pytest.mark.kafka_versions
 def test_raw_assigned_partition_never_fetches_after_its_committed_offset_fetch_fails(
     cluster: Cluster, kit: KafkaTestKit
 ) -> None:
@@ -181,6 +182,7 @@ def _subscribed_fetch_fails(
     return start
 
 
+@pytest.mark.kafka_versions
 def test_raw_subscribed_partition_never_fetches_after_its_committed_offset_fetch_fails(
     cluster: Cluster, kit: KafkaTestKit
 ) -> None:

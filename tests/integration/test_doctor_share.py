@@ -30,6 +30,9 @@ from safeconsumer.testing import Broker, KafkaTestKit, wait_until
 
 from ..support import set_group_config
 
+#: Each runs on Kafka 4.4.0 and on 4.3.1 (brokers upgrade before clients).
+pytestmark = pytest.mark.kafka_versions
+
 ROOT = Path(__file__).resolve().parents[2]
 
 MODES = ("implicit", "explicit")

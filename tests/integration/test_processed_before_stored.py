@@ -273,6 +273,7 @@ def _check_nothing_unfinished_was_lost(
         )
 
 
+@pytest.mark.kafka_versions
 def test_raw_consumer_commits_past_the_unfinished_rest_of_a_batch(
     kafka: KafkaTestKit, protocol: Protocol, spawn: Callable[[list[str]], Child]
 ) -> None:

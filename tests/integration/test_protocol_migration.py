@@ -34,6 +34,9 @@ from safeconsumer.testing import Broker, KafkaTestKit, wait_until
 
 from ..support import Received, checked_poll, checked_pump, keys
 
+#: Each runs on Kafka 4.4.0 and on 4.3.1 (brokers upgrade before clients).
+pytestmark = pytest.mark.kafka_versions
+
 PARTITIONS = 4
 
 

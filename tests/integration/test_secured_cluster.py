@@ -82,6 +82,7 @@ def test_pause_intent_and_the_gate_hold_through_a_rebalance(secured_kafka: Kafka
         second.close()
 
 
+@pytest.mark.kafka_versions
 def test_raw_client_retries_a_refused_login_silently(secured_broker: Broker) -> None:
     """Characterization: confluent_kafka's poll() returns nothing while the password is wrong; only an
     error_cb hears of it, once per attempt, for as long as it runs."""

@@ -22,7 +22,8 @@ from safeconsumer.testing import KafkaTestKit
 from ..support import set_group_config
 from .test_share_groups import LONG_LOCK, MODES, _conf, _peer_reads, _read_until
 
-pytestmark = pytest.mark.xdist_group("share-groups")
+#: Each runs on Kafka 4.4.0 and on 4.3.1 (brokers upgrade before clients).
+pytestmark = [pytest.mark.xdist_group("share-groups"), pytest.mark.kafka_versions]
 
 
 def _prepared(kafka: KafkaTestKit, records: int) -> tuple[str, str]:

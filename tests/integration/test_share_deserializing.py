@@ -22,7 +22,8 @@ from ..support import set_group_config
 
 MODES = ("implicit", "explicit")
 
-pytestmark = pytest.mark.xdist_group("share-groups")
+#: Each runs on Kafka 4.4.0 and on 4.3.1 (brokers upgrade before clients).
+pytestmark = [pytest.mark.xdist_group("share-groups"), pytest.mark.kafka_versions]
 
 
 def _decode(value: bytes | None, _ctx: SerializationContext) -> str:

@@ -34,7 +34,8 @@ MODES = ("implicit", "explicit")
 
 #: One worker runs them one after the other in ``make test``'s parallel phase: each holds share-group
 #: members heartbeating every 0.5 s, and timing-sensitive tests elsewhere must not starve.
-pytestmark = pytest.mark.xdist_group("share-groups")
+#: Each runs on Kafka 4.4.0 and on 4.3.1 (brokers upgrade before clients).
+pytestmark = [pytest.mark.xdist_group("share-groups"), pytest.mark.kafka_versions]
 
 
 def _conf(kafka: KafkaTestKit, group: str, mode: str = "implicit") -> dict[str, Any]:

@@ -27,7 +27,8 @@ from ..support import set_group_config
 
 MODES = ("implicit", "explicit")
 
-pytestmark = pytest.mark.xdist_group("share-groups")
+#: Each runs on Kafka 4.4.0 and on 4.3.1 (brokers upgrade before clients).
+pytestmark = [pytest.mark.xdist_group("share-groups"), pytest.mark.kafka_versions]
 
 #: A lock long enough that a record seen again came back because it was given back, not because
 #: its lock ran out.

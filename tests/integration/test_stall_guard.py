@@ -46,6 +46,7 @@ def otel() -> Iterator[Otel]:
     yield Otel()
 
 
+@pytest.mark.kafka_versions
 def test_raw_partition_paused_inside_librdkafka_never_fetches(kafka: KafkaTestKit) -> None:
     """Characterization: what #5591 leaves behind. Nothing reports it; the records wait for ever."""
     topic = kafka.create_topic()

@@ -496,15 +496,18 @@ class _DeadLetters(threading.Thread):
                         continue
                     self.position = (m.offset() or 0) + 1
                     headers: dict[str, bytes] = dict(m.headers() or [])  # type: ignore[arg-type]
+                    by_broker = "__dlq.errors.offset" in headers
+                    prefix = "__dlq.errors." if by_broker else "safeconsumer.dlt.original."
                     try:
-                        key = (
-                            int(headers["safeconsumer.dlt.original.partition"]),
-                            int(headers["safeconsumer.dlt.original.offset"]),
-                        )
+                        key = (int(headers[prefix + "partition"]), int(headers[prefix + "offset"]))
                     except (KeyError, ValueError) as exc:
                         self.bad.append(f"dead letter at offset {m.offset()} without its origin: {exc!r}")
                         continue
-                    reason = headers.get("safeconsumer.dlt.exception.class", b"?").decode(errors="replace")
+                    if by_broker:  # "Offset rejected by client." / "Offset delivery count exceeded ..."
+                        text = headers.get("__dlq.errors.message", b"?").decode(errors="replace")
+                        reason = "broker: rejected" if "rejected" in text else "broker: delivery limit"
+                    else:
+                        reason = headers.get("safeconsumer.dlt.exception.class", b"?").decode(errors="replace")
                     with self.lock:
                         self.ledger.dead.add(key)
                         self.ledger.dead_copies += 1
@@ -534,6 +537,7 @@ class ShareSoak:
         progress_every: float | None = 60.0,
         verbose: bool = False,
         broker_logs: Sequence[Path] = (),
+        broker_dlq: bool = False,
     ) -> None:
         self.kit = kit
         self.mode = mode
@@ -558,13 +562,23 @@ class ShareSoak:
             out.mkdir(parents=True, exist_ok=True)
             self.log_dir = Path(tempfile.mkdtemp(prefix=f"share-{mode}-", dir=out))
         self.figures = Figures(mode, log_dir=str(self.log_dir))
-        self.topic, self.dlt = kit.create_topic(partitions=PARTITIONS), kit.create_topic()
+        self.topic = kit.create_topic(partitions=PARTITIONS)
         self.group = kit.name("share-soak")
+        #: Kafka 4.4: the dead-letter topic is also the group's DLQ in the broker, which copies what it archives.
+        self.broker_dlq = broker_dlq
+        self.dlt = self._dead_letter_topic(kit)
         from ..support import set_group_config
 
         set_group_config(
             kit, self.group, share_record_lock_duration_ms=str(LOCK_MS), share_delivery_count_limit=str(DELIVERY_LIMIT)
         )
+        if broker_dlq:
+            set_group_config(
+                kit,
+                self.group,
+                errors_deadletterqueue_topic_name=self.dlt,
+                errors_deadletterqueue_copy_record_enable="true",
+            )
         self.members: list[_Member] = []
         self.lock = threading.Lock()
         self.ledger = _Ledger()
@@ -581,6 +595,20 @@ class ShareSoak:
 
     def _now(self) -> float:
         return time.monotonic() - self.t0
+
+    def _dead_letter_topic(self, kit: KafkaTestKit) -> str:
+        """One partition, on every broker of the cluster (a copy waits for no broker fault), named and
+        configured as a broker DLQ when the run has one."""
+        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+        name = f"dlq.{kit.name('dlt')}" if self.broker_dlq else kit.name("dlt")
+        replicas = min(2, len(kit.admin.list_topics(timeout=10).brokers))
+        config = {"min.insync.replicas": "1"}
+        if self.broker_dlq:
+            config["errors.deadletterqueue.group.enable"] = "true"
+        kit.admin.create_topics([NewTopic(name, 1, replicas, config=config)])[name].result(30)
+        kit.wait_for_partitions(name, 1)
+        return name
 
     def _say(self, text: str, *, always: bool = False) -> None:
         self.events.append((self._now(), text))
@@ -1107,7 +1135,7 @@ def run_share_soak(kit: KafkaTestKit, mode: str, **options: Any) -> Figures:
 
 
 @contextlib.contextmanager
-def _broker(with_faults: bool) -> Iterator[tuple[str, Cluster | None, list[Path]]]:
+def _broker(with_faults: bool, version: str) -> Iterator[tuple[str, Cluster | None, list[Path]]]:
     """The bootstrap servers to soak on, the cluster when broker faults are on, and the brokers' logs."""
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if external:
@@ -1116,13 +1144,13 @@ def _broker(with_faults: bool) -> Iterator[tuple[str, Cluster | None, list[Path]
     if with_faults:
         from ..cluster import FAULT_SETTINGS, running_cluster
 
-        with running_cluster(FAULT_SETTINGS) as cluster:
+        with running_cluster(FAULT_SETTINGS, version=version) as cluster:
             assert cluster.second is not None
             yield cluster.bootstrap_servers, cluster, [cluster.first.log_path, cluster.second.log_path]
         return
     from safeconsumer.testing import start_broker
 
-    with start_broker() as broker:
+    with start_broker(version=version) as broker:
         yield broker.bootstrap_servers, None, [broker.log_path] if broker.log_path else []
 
 
@@ -1150,20 +1178,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-logs", action="store_true", help="keep the members' logs when the run passes too")
     parser.add_argument("--progress-every", type=float, default=60.0, help="seconds between progress lines (0: none)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every start, kill, term and fault")
+    parser.add_argument("--kafka-version", default=None, help="the brokers' Apache Kafka release (default the newest)")
+    parser.add_argument(
+        "--broker-dlq",
+        action="store_true",
+        help="(Kafka 4.4) the dead-letter topic is also the group's DLQ in the broker, which copies what it archives",
+    )
     args = parser.parse_args(argv)
     if args.member:
         return member(args.member, calm_at_start=args.calm)
-    from safeconsumer.testing import KafkaTestKit
+    from safeconsumer.testing import KAFKA_VERSION, KafkaTestKit
 
+    version = args.kafka_version or KAFKA_VERSION
     with_faults = not args.no_faults and not os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     results: list[Figures] = []
     print(
         f"share soak: {args.seconds:.0f}s of chaos per mode, seed {args.seed!r}, "
         f"{'SIGKILLs and SIGTERMs' if not args.no_kills else 'SIGTERMs only'}, "
-        f"{f'broker 2 SIGKILLed every {args.fault_every:.0f}s' if with_faults else 'no broker faults'}",
+        f"{f'broker 2 SIGKILLed every {args.fault_every:.0f}s' if with_faults else 'no broker faults'}, "
+        f"Kafka {version}{', broker DLQ' if args.broker_dlq else ''}",
         flush=True,
     )
-    with _broker(with_faults) as (bootstrap, cluster, broker_logs):
+    with _broker(with_faults, version) as (bootstrap, cluster, broker_logs):
         for mode in args.mode:
             kit = KafkaTestKit(bootstrap, prefix=f"share-soak-{mode}")
             try:
@@ -1183,6 +1219,7 @@ def main(argv: list[str] | None = None) -> int:
                     progress_every=args.progress_every or None,
                     verbose=args.verbose,
                     broker_logs=broker_logs,
+                    broker_dlq=args.broker_dlq,
                 )
             finally:
                 kit.close()
