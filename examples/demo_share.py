@@ -5,7 +5,14 @@ Each scenario runs twice on the same broker, the same application code with the 
 
 - a new share group subscribes to a topic that already holds records;
 - a member works on one record longer than the group's acquisition lock;
-- a record the application cannot process reaches the group's delivery count limit.
+- a record the application cannot process reaches the group's delivery count limit;
+- members SIGKILLed holding records, the second on their last delivery (Kafka 4.4: the raw group as
+  teams run it today, without a dead-letter queue; ours with ``group_dlq=True``, the group's DLQ in
+  the broker, which copies what it archives even when no member is alive).
+
+    python -m examples.demo_share --member BOOTSTRAP TOPIC GROUP [--dlq TOPIC]
+
+is the SIGKILL row's member process: it takes one batch, says so, and works on it until killed.
 
 The Spark row (share tasks against consumer-group tasks on one partition) is printed by
 ``examples/spark_pipeline.py``.
@@ -13,8 +20,12 @@ The Spark row (share tasks against consumer-group tasks on one partition) is pri
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -139,8 +150,75 @@ def poison_past_the_delivery_limit(kit: KafkaTestKit, make: type[ShareConsumer])
     return f"poison handed out {deliveries} time(s); {where}", copies == 1
 
 
+def sigkill_on_the_last_delivery(kit: KafkaTestKit, make: type[ShareConsumer]) -> tuple[str, bool]:
+    """Lock 2 s, delivery limit 2: a member takes 5 records and is SIGKILLed, the next takes them on
+    their last delivery and is SIGKILLed too. Who keeps a copy of the 5 the broker archives?"""
+    topic, group = kit.create_topic(partitions=1), kit.name("g")
+    dlq = f"dlq.{kit.name('d')}"
+    kit.create_topic(dlq, config={"errors.deadletterqueue.group.enable": "true"})
+    kit.set_group_config(
+        group,
+        {
+            "share.record.lock.duration.ms": "2000",
+            "share.delivery.count.limit": "2",
+            "share.auto.offset.reset": "earliest",
+        },
+    )
+    for i in range(5):
+        kit.producer.produce(topic, value=str(i).encode(), partition=0)
+    kit.producer.flush(30)
+    safe = make is SafeShareConsumer
+    args = [sys.executable, "-m", "examples.demo_share", "--member", kit.bootstrap_servers, topic, group]
+    for _ in range(2):
+        member = subprocess.Popen([*args, *(["--dlq", dlq] if safe else [])], stdout=subprocess.PIPE, text=True)
+        assert member.stdout is not None
+        took = member.stdout.readline().strip()  # "took N": a batch in its hands, unacknowledged
+        member.send_signal(signal.SIGKILL)
+        member.wait(30)
+        member.stdout.close()
+        if not took.startswith("took"):
+            return f"the member exited {member.returncode} before taking its batch", False
+    end = time.monotonic() + 30
+    copies = 0
+    while time.monotonic() < end and copies < 5:  # the locks run out, the broker archives (and copies)
+        copies = kit.end_offsets(dlq).get(0, 0)
+        time.sleep(0.5)
+    if safe:
+        return f"{copies} of 5 archived records copied to {dlq} by the broker (group_dlq=True)", copies == 5
+    return f"{copies} of 5 archived records copied: archived by the broker, nothing logged", copies == 5
+
+
+def member(bootstrap: str, topic: str, group: str, dlq: str | None) -> int:
+    """The SIGKILL row's member: one batch taken (explicit mode, unacknowledged), then work until killed."""
+    conf = {**_conf_for(bootstrap, group), "share.acknowledgement.mode": "explicit"}
+    c = SafeShareConsumer(conf, poison=DeadLetter(dlq), group_dlq=True) if dlq else ShareConsumer(conf)
+    c.subscribe([topic])
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        batch = _records(c)
+        if batch:
+            print(f"took {len(batch)}", flush=True)
+            time.sleep(120)  # the work, which a SIGKILL ends
+    return 3
+
+
+def _conf_for(bootstrap: str, group: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "group.id": group, "logger": LIBRDKAFKA_LOG}
+
+
 SCENARIOS: list[tuple[str, Scenario]] = [
     ("a new share group on a topic holding records", new_group_on_existing_records),
     ("long work on a record past the group's lock (2 s)", long_work_past_the_lock),
     ("a record that cannot be processed, delivery limit 2", poison_past_the_delivery_limit),
+    ("members SIGKILLed holding records on their last delivery", sigkill_on_the_last_delivery),
 ]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m examples.demo_share")
+    parser.add_argument("--member", nargs=3, metavar=("BOOTSTRAP", "TOPIC", "GROUP"), required=True)
+    parser.add_argument("--dlq")
+    options = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    bootstrap, topic, group = options.member
+    sys.exit(member(bootstrap, topic, group, options.dlq))

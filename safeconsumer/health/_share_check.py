@@ -19,6 +19,13 @@ Findings (pure, :func:`share_findings`):
   it back unprocessed, and each delivery counts toward the limit);
 - ``share_archived`` (with ``--observe``): the share-group state log (:mod:`._share_state`) showed
   records archived while watched, past the delivery count limit or rejected: never delivered again;
+- ``share_dlq_cannot_copy``: the group names a dead-letter queue in the broker (Kafka 4.4, KIP-1191)
+  that the broker cannot write a full copy to (``share.version`` below 2, a topic that does not exist,
+  lacks ``errors.deadletterqueue.group.enable=true`` or the brokers' name prefix, or copies without
+  the record): the broker accepts such a config without a word and, at each archive, logs an error
+  and archives the record without a copy;
+- ``share_no_dlq``: on a cluster with share-group DLQs (``share.version`` 2), the group has none: what
+  it archives (rejected, or past its delivery count limit) leaves no copy in the broker;
 - ``share_no_progress`` (with ``--observe`` of at least :data:`NO_PROGRESS_LOCKS` locks): an assigned
   partition with records to deliver whose start did not move while watched: records are redelivered
   (work past the lock, or a record failing again and again toward its archive).
@@ -43,6 +50,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from ..share._batch import RELEASE_AT
+from ..share._dlq import DLQ_SHARE_VERSION, BrokerDlq, check_broker_dlq, share_version
 from ..share._group import DEFAULT_DELIVERY_LIMIT, DEFAULT_LOCK_MS, read_settings, watermarks
 from ._findings import Finding
 from ._share_look import ShareGroup, describe_share_group
@@ -71,15 +79,21 @@ def share_section(
     config: Mapping[str, Any],
     processing_time: float | None,
     timeout: float,
+    connection: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The report's ``share`` object: the group's settings and where it stands on each partition."""
+    """The report's ``share`` object: the group's settings, its dead-letter queue in the broker and
+    where it stands on each partition. ``connection``: the client settings (the cluster's feature
+    levels are read with them)."""
     group = described.group
     brokers = broker_settings or {}
+    dlq: dict[str, Any] | None = None
     try:
         settings = read_settings(admin, group, timeout)
         start, start_set = settings.auto_offset_reset, settings.reset_is_the_groups
         lock_ms, limit = settings.lock_ms, settings.delivery_limit
         readable = True
+        if settings.dlq.known and connection is not None:
+            dlq = _dlq_section(settings.dlq, admin, connection, timeout)
     except (KafkaException, concurrent.futures.TimeoutError):
         # The group's own settings unreadable: the coordinator's defaults for every group, if read.
         start, start_set, readable = "latest", False, False
@@ -126,6 +140,19 @@ def share_section(
         "partitions": rows,
         "in_flight": None,  # not told to clients (the broker's metrics only)
         "archived": None,
+        "dlq": dlq,  # None: the cluster has no share-group DLQs (before Kafka 4.4) or it was not read
+    }
+
+
+def _dlq_section(dlq: BrokerDlq, admin: AdminClient, connection: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+    """The group's dead-letter queue in the broker (Kafka 4.4): its topic, copy mode, the cluster's
+    ``share.version``, and why the broker cannot write a full copy to it (None: it can)."""
+    checked = check_broker_dlq(dlq, admin, connection, timeout) if dlq.topic else dlq
+    return {
+        "topic": dlq.topic or None,
+        "copy_record": dlq.copy_record,
+        "share_version": share_version(connection, timeout),
+        "problem": checked.problem,
     }
 
 
@@ -311,6 +338,7 @@ def share_findings(
                 {"archived": log["archived"], "at_limit": at_limit, "offsets": log["archived_offsets"]},
             )
         )
+    out += _dlq_findings(group, share)
     stuck = _waiting(share, observed.get("no_progress") or []) if observed is not None else []
     if observed is not None and observed.get("seconds", 0) >= NO_PROGRESS_LOCKS * lock_s and stuck and members:
         where = ", ".join(
@@ -336,6 +364,43 @@ def share_findings(
     return out
 
 
+def _dlq_findings(group: str, share: Mapping[str, Any]) -> list[Finding]:
+    dlq = share.get("dlq")
+    if not dlq:
+        return []
+    limit = share["delivery_count_limit"]
+    if dlq["topic"] and dlq["problem"]:
+        return [
+            Finding(
+                "share_dlq_cannot_copy",
+                "critical",
+                f"share group {group!r} names {dlq['topic']!r} its dead-letter queue, and the broker cannot write a "
+                f"full copy there: {dlq['problem']}. Every record the group archives (rejected, or past "
+                f"{limit} deliveries) is then archived without a copy; the broker logs an error, no client hears "
+                "of it",
+                "Fix what the problem names. SafeShareConsumer checks the same before relying on the broker's "
+                "copies and, where it cannot, writes its own (poison=DeadLetter(topic)).",
+                {"dlq": dlq},
+            )
+        ]
+    if not dlq["topic"] and (dlq["share_version"] or 0) >= DLQ_SHARE_VERSION:
+        return [
+            Finding(
+                "share_no_dlq",
+                "warning",
+                f"share group {group!r} has no dead-letter queue, on a cluster that has them (share.version "
+                f"{dlq['share_version']}): what it archives (rejected, or past {limit} deliveries, "
+                "share.delivery.count.limit) leaves no copy",
+                "Name a topic with the brokers' prefix (dlq.), created with errors.deadletterqueue.group.enable=true, "
+                "as the group's errors.deadletterqueue.topic.name with errors.deadletterqueue.copy.record.enable=true "
+                "(kafka-configs.sh --entity-type groups), or SafeShareConsumer(poison=DeadLetter(topic), "
+                "group_dlq=True) for a new group.",
+                {"dlq": dlq},
+            )
+        ]
+    return []
+
+
 def render_share(share: Mapping[str, Any]) -> list[str]:
     """The share section of the human report."""
     start = share["start"] + (" (set on the group)" if share["start_set_on_group"] else " (the broker's default)")
@@ -347,6 +412,15 @@ def render_share(share: Mapping[str, Any]) -> list[str]:
         + ("unknown" if share["lag"] is None else f"{share['lag']} record(s) not yet acknowledged")
         + "; in flight and archived: not told to clients (broker metrics)",
     ]
+    dlq = share.get("dlq")
+    if dlq:
+        state = (
+            "none"
+            if not dlq["topic"]
+            else f"{dlq['topic']} ({'records' if dlq['copy_record'] else 'headers only'}; "
+            + (f"cannot be written: {dlq['problem']})" if dlq["problem"] else "the broker can write it)")
+        )
+        lines.append(f"dlq          {state}, share.version {dlq['share_version']}")
     if share.get("processing_time") is not None:
         lines.append(f"processing   up to {share['processing_time']:g} s per record (--processing-time)")
     rows = [("topic", "partition", "log start", "group start", "log end", "lag", "no start, holds")]

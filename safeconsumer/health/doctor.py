@@ -354,7 +354,7 @@ def _diagnose_share(
     report.limit = _size_limit(settings, "share")
     report.topics = _topic_limits(admin, sorted({t for m in report.members for t in m.assignment}), timeout)
     report.share = share_section(
-        admin, described, settings, config=config, processing_time=processing_time, timeout=timeout
+        admin, described, settings, config=config, processing_time=processing_time, timeout=timeout, connection=conf
     )
     report.findings = findings(report)
     return report

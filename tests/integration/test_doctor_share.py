@@ -26,9 +26,10 @@ from confluent_kafka.admin import AdminClient
 from safeconsumer.health._explainer import describe_group
 from safeconsumer.health._share_look import describe_share_group
 from safeconsumer.share import SafeShareConsumer
+from safeconsumer.share._dlq import DLQ_SHARE_VERSION, share_version
 from safeconsumer.testing import Broker, KafkaTestKit, wait_until
 
-from ..support import set_group_config
+from ..support import broker_dlq, set_group_config
 
 #: Each runs on Kafka 4.4.0 and on 4.3.1 (brokers upgrade before clients).
 pytestmark = pytest.mark.kafka_versions
@@ -65,6 +66,13 @@ def _wait_for_group(kit: KafkaTestKit, group: str, step: Callable[[], object]) -
     wait_until(exists, timeout=30, what="the share group to exist")
 
 
+def _dlq_where_the_cluster_has_them(kit: KafkaTestKit, group: str) -> None:
+    """On a cluster with share-group DLQs (Kafka 4.4) a group without one is a finding
+    (``share_no_dlq``): the tests' groups get one there, so that what they look for is all there is."""
+    if (share_version(kit.client_config, 10) or 0) >= DLQ_SHARE_VERSION:
+        broker_dlq(kit, group)
+
+
 def _doctor(args: list[str], keep_going: Callable[[], object] = lambda: None) -> subprocess.CompletedProcess[str]:
     """Run the doctor as a process; ``keep_going`` runs meanwhile (members polling)."""
     child = subprocess.Popen(
@@ -85,6 +93,7 @@ def _doctor(args: list[str], keep_going: Callable[[], object] = lambda: None) ->
 
 def test_raw_admin_api_describes_a_live_share_group_as_an_empty_dead_classic_group(kafka: KafkaTestKit) -> None:
     topic, group = kafka.create_topic(partitions=2), kafka.name("g")
+    _dlq_where_the_cluster_has_them(kafka, group)
     c = ShareConsumer(_conf(kafka, group, "worker"))
     admin = AdminClient(kafka.client_config)
     try:
@@ -108,6 +117,7 @@ def test_a_share_group_is_described_with_its_members_settings_and_where_it_stand
     kafka: KafkaTestKit, mode: str
 ) -> None:
     topic, group = kafka.create_topic(partitions=2), kafka.name("g")
+    _dlq_where_the_cluster_has_them(kafka, group)
     kafka.produce(topic, 20, partitions=2)
     # More members than partitions: a share group's members all get records.
     members = [SafeShareConsumer(_conf(kafka, group, f"worker-{i}", mode), start="earliest") for i in range(3)]
@@ -162,6 +172,7 @@ def test_a_share_group_is_described_with_its_members_settings_and_where_it_stand
 
 def test_a_share_group_starting_at_latest_by_default_is_found_with_the_records_it_skips(kafka: KafkaTestKit) -> None:
     topic, group = kafka.create_topic(partitions=2), kafka.name("g")
+    _dlq_where_the_cluster_has_them(kafka, group)
     kafka.produce(topic, 10, partitions=2)
     c = ShareConsumer(_conf(kafka, group, "late-worker"))  # raw: the broker's default start, latest
     try:
@@ -184,6 +195,7 @@ def test_a_share_group_starting_at_latest_by_default_is_found_with_the_records_i
 
 def test_a_lock_shorter_than_the_processing_is_found(kafka: KafkaTestKit) -> None:
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _dlq_where_the_cluster_has_them(kafka, group)
     set_group_config(kafka, group, share_record_lock_duration_ms="2000", share_auto_offset_reset="earliest")
     kafka.produce(topic, 5)
     c = SafeShareConsumer(_conf(kafka, group, "worker"))
@@ -208,6 +220,7 @@ def test_a_lock_shorter_than_the_processing_is_found(kafka: KafkaTestKit) -> Non
 
 def test_records_redelivered_without_progress_are_found_by_observing(kafka: KafkaTestKit) -> None:
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _dlq_where_the_cluster_has_them(kafka, group)
     set_group_config(kafka, group, share_record_lock_duration_ms="1000", share_auto_offset_reset="earliest")
     kafka.produce(topic, 5)
     # Explicit mode, never acknowledging: it holds its batch past the lock, as slow work does.
@@ -251,6 +264,7 @@ def test_records_redelivered_without_progress_are_found_by_observing(kafka: Kafk
 
 def test_a_share_group_without_members_is_an_empty_share_group(kafka: KafkaTestKit) -> None:
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _dlq_where_the_cluster_has_them(kafka, group)
     c = ShareConsumer(_conf(kafka, group, "worker"))
     c.subscribe([topic])
     _wait_for_group(kafka, group, lambda: c.poll(0.2))
@@ -272,6 +286,7 @@ def test_the_doctor_reads_a_share_group_on_the_secured_cluster_and_prints_no_sec
     config.touch(mode=0o600)
     config.write_text("".join(f"{k}={v}\n" for k, v in secured_broker.client_config.items()))
     topic, group = secured_kafka.create_topic(partitions=2), secured_kafka.name("g")
+    _dlq_where_the_cluster_has_them(secured_kafka, group)
     c = SafeShareConsumer(_conf(secured_kafka, group, "secure-worker"), start="earliest")
     try:
         c.subscribe([topic])
@@ -290,6 +305,7 @@ def test_a_share_group_at_the_broker_s_size_limit_is_found(full_group_kafka: Kaf
     """The full-group broker allows 2 members per share group (group.share.max.size)."""
     kafka = full_group_kafka
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _dlq_where_the_cluster_has_them(kafka, group)
     members = [SafeShareConsumer(_conf(kafka, group, f"worker-{i}"), start="earliest") for i in range(2)]
     try:
         for c in members:
@@ -319,6 +335,7 @@ def test_records_archived_and_given_back_while_watched_are_read_from_the_state_l
     archives each. Records keep arriving while the doctor watches, so what happens in its window is
     read from the share-group state log: records given back, records archived at the limit."""
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    _dlq_where_the_cluster_has_them(kafka, group)
     set_group_config(
         kafka,
         group,
@@ -362,3 +379,46 @@ def test_records_archived_and_given_back_while_watched_are_read_from_the_state_l
         assert "state log:" in text.stdout and "archived" in text.stdout, text.stdout
     finally:
         member.close()
+
+
+@pytest.mark.kafka_versions("4.4.0")
+def test_the_doctor_reports_the_group_s_broker_dlq_and_flags_one_it_cannot_write(kafka: KafkaTestKit) -> None:
+    topic = kafka.create_topic(partitions=1)
+    cases = {"none": "share_no_dlq", "healthy": None, "not enabled": "share_dlq_cannot_copy"}
+    for case, code in cases.items():
+        group = kafka.name("g")
+        dlq = None
+        if case != "none":
+            dlq = broker_dlq(kafka, group, enabled=case == "healthy")
+        c = ShareConsumer(_conf(kafka, group, "worker"))
+        try:
+            c.subscribe([topic])
+            _wait_for_group(kafka, group, lambda: c.poll(0.2))  # noqa: B023 - called before the next case
+            base = ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group]
+            done = _doctor([*base, "--json"], lambda: c.poll(0.1))  # noqa: B023
+            assert done.returncode == (1 if code else 0), (case, done.stdout, done.stderr)
+            report = json.loads(done.stdout)
+            assert report["share"]["dlq"]["topic"] == dlq and report["share"]["dlq"]["share_version"] == 2
+            assert [f["code"] for f in report["findings"]] == ([code] if code else []), case
+            if case == "not enabled":
+                assert "errors.deadletterqueue.group.enable=true" in report["findings"][0]["message"]
+                text = _doctor(base, lambda: c.poll(0.1))  # noqa: B023
+                assert f"dlq          {dlq} (records; cannot be written" in text.stdout, text.stdout
+        finally:
+            c.close()
+
+
+@pytest.mark.kafka_versions("4.3.1")
+def test_the_doctor_says_nothing_of_dlqs_on_a_cluster_without_them(kafka: KafkaTestKit) -> None:
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    c = ShareConsumer(_conf(kafka, group, "worker"))
+    try:
+        c.subscribe([topic])
+        _wait_for_group(kafka, group, lambda: c.poll(0.2))
+        done = _doctor(
+            ["--bootstrap-servers", kafka.bootstrap_servers, "--group", group, "--json"], lambda: c.poll(0.1)
+        )
+        report = json.loads(done.stdout)
+        assert report["share"]["dlq"] is None and "dlq" not in {f["code"] for f in report["findings"]}
+    finally:
+        c.close()

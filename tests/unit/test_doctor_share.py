@@ -282,3 +282,31 @@ def test_a_malformed_scram_challenge_is_a_wire_error_never_a_traceback() -> None
             Scram("SCRAM-SHA-256", "u", "p", nonce="abc").final(challenge)
     with pytest.raises(WireError, match="does not match"):
         Scram("SCRAM-SHA-256", "u", "p", nonce="abc").verify(b"v=\xff")
+
+
+@pytest.mark.parametrize(
+    ("dlq", "codes"),
+    [
+        (None, []),  # a cluster without share-group DLQs (Kafka 4.3)
+        ({"topic": None, "copy_record": False, "share_version": 1, "problem": None}, []),
+        ({"topic": None, "copy_record": False, "share_version": 2, "problem": None}, ["share_no_dlq"]),
+        ({"topic": "dlq.o", "copy_record": True, "share_version": 2, "problem": None}, []),
+        (
+            {"topic": "dlq.o", "copy_record": True, "share_version": 2, "problem": "topic 'dlq.o' lacks it"},
+            ["share_dlq_cannot_copy"],
+        ),
+    ],
+)
+def test_the_doctor_flags_a_dlq_the_broker_cannot_write_and_a_group_without_one(
+    dlq: dict[str, Any] | None, codes: list[str]
+) -> None:
+    share = _share(dlq=dlq)
+    assert _codes(share) == codes
+    text = "\n".join(render_share(share))
+    if dlq is None:
+        assert "dlq " not in text
+    elif dlq["topic"] is None:
+        assert "dlq          none, share.version" in text
+    else:
+        assert f"dlq          {dlq['topic']} (records; " in text
+        assert ("cannot be written" in text) is bool(dlq["problem"])
