@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
 
 from safeconsumer import DeadLetter
-from safeconsumer.health.dead_letters import read_dead_letters
+from safeconsumer.health.dead_letters import read_dead_letters, replay
 from safeconsumer.share import SafeShareConsumer
 from safeconsumer.testing import KafkaTestKit, wait_until
 
@@ -302,6 +302,9 @@ def test_the_broker_copies_what_fails_and_the_consumer_copies_nothing(
     seen: list[Message] = []
     _marker_read(kafka, c, topic, 5, seen, explicit=mode == "explicit")
     assert seen == [] and kafka.end_offsets(dlq) == {0: 1}, "one copy, and nothing handed out again"
+    assert replay(kafka.client_config, [(view, _m)], 10) == 1
+    ((_v, back),) = [(v, m) for v, m in read_dead_letters(kafka.client_config, topic, 20) if m.offset() == 6]
+    assert back.value() == b"0" and back.key() == b"k0" and back.headers() is None, "replayed without __dlq headers"
 
 
 @pytest.mark.kafka_versions("4.4.0")

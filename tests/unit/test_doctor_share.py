@@ -11,8 +11,8 @@ import pytest
 from safeconsumer.health._share_check import progress, render_share, share_findings
 from safeconsumer.health._share_look import ShareGroup, ShareMember, SharePartition
 from safeconsumer.health._share_state import SNAPSHOT_SEEN, parse_update
-from safeconsumer.health._wire import Reader, Scram, Settings, Unsupported, WireError, Writer
-from safeconsumer.health.dead_letters import DeadRecord, _mark_processed, _render
+from safeconsumer.health._wire import Reader, Scram, Settings, Unsupported, WireError, Writer, _finalized_features
+from safeconsumer.health.dead_letters import DeadRecord, _mark_processed, _render, _view
 
 
 def test_compact_and_classic_types_read_back_as_written() -> None:
@@ -310,3 +310,67 @@ def test_the_doctor_flags_a_dlq_the_broker_cannot_write_and_a_group_without_one(
     else:
         assert f"dlq          {dlq['topic']} (records; " in text
         assert ("cannot be written" in text) is bool(dlq["problem"])
+
+
+def _feature(w: Writer, item: tuple[str, int]) -> Writer:
+    return w.compact_string(item[0]).int16(item[1]).int16(1).tags()
+
+
+def test_the_cluster_s_finalized_features_are_read_from_api_versions_tagged_fields() -> None:
+    """ApiVersions v3 after its throttle: tagged fields, of which tag 2 holds FinalizedFeatures (name,
+    max level, min level); others (tag 0 SupportedFeatures, tag 1 the epoch) are skipped."""
+    features = Writer().compact_array([("share.version", 2), ("metadata.version", 33)], _feature).bytes()
+    epoch = Writer().raw(b"\x00" * 8).bytes()
+    body = Writer().uvarint(2).uvarint(1).uvarint(len(epoch)).raw(epoch).uvarint(2).uvarint(len(features))
+    assert _finalized_features(Reader(body.raw(features).bytes())) == {"share.version": 2, "metadata.version": 33}
+    assert _finalized_features(Reader(Writer().uvarint(0).bytes())) == {}
+
+
+class _Copy:
+    """A broker's DLQ copy as confluent-kafka hands it out (what ``_view`` reads of it)."""
+
+    def __init__(self, headers: list[tuple[str, bytes]], timestamp: int) -> None:
+        self._headers, self._timestamp = headers, timestamp
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._timestamp)
+
+
+@pytest.mark.parametrize(
+    ("message", "stage", "may_be_processed"),
+    [
+        ("Offset rejected by client.", "rejected", False),
+        ("Offset delivery count exceeded the threshold.", "delivery-limit", True),
+    ],
+)
+def test_a_broker_s_copy_reads_into_the_same_view(message: str, stage: str, may_be_processed: bool) -> None:
+    import time
+
+    headers = [
+        ("__dlq.errors.topic", b"orders"),
+        ("__dlq.errors.partition", b"2"),
+        ("__dlq.errors.offset", b"41"),
+        ("__dlq.errors.group", b"billing"),
+        ("__dlq.errors.delivery.count", b"3"),
+        ("__dlq.errors.message", message.encode()),
+    ]
+    view = _view(_Copy(headers, int(time.time() * 1000) - 5000), 0, 7)  # type: ignore[arg-type]
+    assert (view.original_topic, view.original_partition, view.original_offset, view.group) == (
+        "orders",
+        2,
+        41,
+        "billing",
+    )
+    assert (view.stage, view.may_be_processed, view.by_broker, view.delivery_count) == (
+        stage,
+        may_be_processed,
+        True,
+        3,
+    )
+    assert view.exception_class is None and view.exception_message == message
+    assert view.age_seconds is not None and 4 <= view.age_seconds <= 60
+    text = _render("dlq.orders", [view], 0)
+    assert f"{stage} (by the broker, delivery 3): {message}" in text
