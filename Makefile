@@ -59,11 +59,12 @@ docker-engine:
 
 ## make kafka-image: build a Kafka image without a registry (Debian packages + the resolved jars);
 ## an image already built from the same inputs is kept
-KAFKA_VERSION := $(shell sed -n 's/^KAFKA_VERSION = "\(.*\)"$$/\1/p' safeconsumer/testing/_local.py)
+## KAFKA_VERSION=4.3.1: the image (and make test-container) of another supported Kafka release
+KAFKA_VERSION ?= $(shell sed -n 's/^KAFKA_VERSION = "\(.*\)"$$/\1/p' safeconsumer/testing/_local.py)
 LOCAL_IMAGE := safeconsumer/kafka:$(KAFKA_VERSION)-local
 KAFKA_IMAGE ?= $(LOCAL_IMAGE)
 kafka-image: $(STAMP) docker-engine
-	PYTHON=$(PY) bash docker/kafka-local/build.sh $(KAFKA_IMAGE)
+	PYTHON=$(PY) KAFKA_VERSION=$(KAFKA_VERSION) bash docker/kafka-local/build.sh $(KAFKA_IMAGE)
 
 ## make test-container: the broker-backed suites through the container path, on a Docker engine.
 ## KAFKA_IMAGE=apache/kafka:<version> uses Apache's image where a registry is reachable (no build then).

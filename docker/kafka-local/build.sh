@@ -4,12 +4,13 @@
 # launcher resolves from Maven Central (the same version), and ./run, which honours Apache's
 # apache/kafka KAFKA_* environment contract. Needs root (debootstrap) and a running Docker engine.
 #
-#   docker/kafka-local/build.sh [TAG]      (default safeconsumer/kafka:<version>-local)
+#   [KAFKA_VERSION=4.3.1] docker/kafka-local/build.sh [TAG]      (default safeconsumer/kafka:<version>-local)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-python3}
-version=$("$python" -c 'from safeconsumer.testing import KAFKA_VERSION; print(KAFKA_VERSION)')
-libs=$("$python" -c 'from safeconsumer.testing import kafka_lib_dir; print(kafka_lib_dir())')
+# KAFKA_VERSION=4.3.1 builds another supported release (default: the launcher's newest).
+version=${KAFKA_VERSION:-$("$python" -c 'from safeconsumer.testing import KAFKA_VERSION; print(KAFKA_VERSION)')}
+libs=$("$python" -c "from safeconsumer.testing import kafka_lib_dir; print(kafka_lib_dir('$version'))")
 tag=${1:-safeconsumer/kafka:$version-local}
 cache=${SAFECONSUMER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/safeconsumer}
 base=$cache/rootfs-bookworm-jre17
