@@ -49,3 +49,16 @@ def test_the_broker_writes_the_copies_only_to_the_policy_s_topic_and_only_when_i
     assert look.broker_copies is relied_on
     look.dead_letter_topic = None
     assert not look.broker_copies
+
+
+@pytest.mark.parametrize("cls", ["raw", "safe"])
+def test_librdkafka_2_16_has_no_share_acquire_mode_and_neither_do_we(cls: str) -> None:
+    """KIP-1206's ``share.acquire.mode`` (Kafka 4.4's consumers) is not a librdkafka 2.16 setting:
+    upstream refuses it, and SafeShareConsumer with upstream's exact error (no config key of ours)."""
+    from confluent_kafka import KafkaException, ShareConsumer
+
+    from safeconsumer.share import SafeShareConsumer
+
+    conf = {"group.id": "g", "bootstrap.servers": "127.0.0.1:1", "share.acquire.mode": "record_limit"}
+    with pytest.raises(KafkaException, match=r'No such configuration property: "share\.acquire\.mode"'):
+        (ShareConsumer if cls == "raw" else SafeShareConsumer)(conf)
