@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from confluent_kafka import Consumer, KafkaError, Message
 
@@ -317,32 +318,52 @@ def broker_dlq(
     return name
 
 
-def start_share_member(kafka: KafkaTestKit, topic: str, group: str, *, safe: str | None = None) -> Any:
+@dataclass
+class ShareMember:
+    """A ``share_kill_proc`` member process and the file its stderr goes to."""
+
+    proc: subprocess.Popen[str]
+    stderr: IO[str]
+
+    def stderr_text(self) -> str:
+        self.stderr.seek(0)
+        text = self.stderr.read()
+        return text
+
+
+def start_share_member(kafka: KafkaTestKit, topic: str, group: str, *, safe: str | None = None) -> ShareMember:
     """A ``share_kill_proc`` member (see there) in its own process, subscribed once this returns."""
-    import subprocess
-    import sys
+    import tempfile
 
     args = [sys.executable, "-m", "tests.integration.share_kill_proc", kafka.bootstrap_servers, topic, group]
+    stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed by kill_after, with the process
     proc = subprocess.Popen(
-        [*args, *(["--safe", safe] if safe else [])], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*args, *(["--safe", safe] if safe else [])], stdout=subprocess.PIPE, stderr=stderr, text=True
     )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if line.strip() != "R":
+    member = ShareMember(proc, stderr)
+    stdout = proc.stdout
+    assert stdout is not None
+    ready: list[str] = []
+    reader = threading.Thread(target=lambda: ready.append(stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(60)
+    if not ready or ready[0].strip() != "R":
         proc.kill()
-        _out, err = proc.communicate(timeout=30)
-        raise AssertionError(f"share member exited {proc.returncode} before subscribing: {err[-2000:]}")
-    return proc
+        proc.wait(30)
+        raise AssertionError(
+            f"share member exited {proc.returncode} before subscribing: {member.stderr_text()[-2000:]}"
+        )
+    return member
 
 
-def kill_after(proc: Any, records: int, *, delivery: int, timeout: float = 60) -> list[tuple[int, int]]:
-    """SIGKILL ``proc`` (a :func:`start_share_member`) once it printed ``records`` records on their
+def kill_after(member: ShareMember, records: int, *, delivery: int, timeout: float = 60) -> list[tuple[int, int]]:
+    """SIGKILL ``member`` (a :func:`start_share_member`) once it printed ``records`` records on their
     ``delivery``-th delivery; returns every (offset, delivery count) it printed. Its exit status must
     be the SIGKILL's, its stderr free of tracebacks."""
     import queue
     import signal
-    import threading
 
+    proc = member.proc
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stdout is not None
     stdout = proc.stdout
@@ -355,25 +376,28 @@ def kill_after(proc: Any, records: int, *, delivery: int, timeout: float = 60) -
     reader.start()
     got: list[tuple[int, int]] = []
     deadline = time.monotonic() + timeout
-    while sum(1 for _o, d in got if d == delivery) < records:
-        if time.monotonic() > deadline or (proc.poll() is not None and lines.empty()):
-            proc.kill()
-            _out, err = proc.communicate(timeout=30)
-            raise AssertionError(f"member printed {got} (exit {proc.returncode}); stderr: {err[-2000:]}")
-        try:
-            line = lines.get(timeout=0.5)
-        except queue.Empty:
-            continue
-        if line.startswith("G "):
-            _g, offset, count = line.split()
-            got.append((int(offset), int(count)))
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    reader.join(10)  # at the end of its output
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    proc.stderr.close()
-    stdout.close()
+    try:
+        while sum(1 for _o, d in got if d == delivery) < records:
+            if time.monotonic() > deadline or (proc.poll() is not None and lines.empty()):
+                proc.kill()
+                proc.wait(30)
+                raise AssertionError(
+                    f"member printed {got} (exit {proc.returncode}); stderr: {member.stderr_text()[-2000:]}"
+                )
+            try:
+                line = lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if line.startswith("G "):
+                _g, offset, count = line.split()
+                got.append((int(offset), int(count)))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        reader.join(10)  # at the end of its output
+        err = member.stderr_text()
+    finally:
+        stdout.close()
+        member.stderr.close()
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, err[-2000:])
     assert "Traceback" not in err, err[-2000:]
     return got

@@ -92,13 +92,13 @@ def share_section(
         start, start_set = settings.auto_offset_reset, settings.reset_is_the_groups
         lock_ms, limit = settings.lock_ms, settings.delivery_limit
         readable = True
-        if settings.dlq.known and connection is not None:
-            dlq = _dlq_section(settings.dlq, admin, connection, timeout)
     except (KafkaException, concurrent.futures.TimeoutError):
         # The group's own settings unreadable: the coordinator's defaults for every group, if read.
         start, start_set, readable = "latest", False, False
         lock_ms = _number(brokers.get(BROKER_LOCK)) or DEFAULT_LOCK_MS
         limit = _number(brokers.get(BROKER_LIMIT)) or DEFAULT_DELIVERY_LIMIT
+    if readable and settings.dlq.known and connection is not None:
+        dlq = _dlq_section(settings.dlq, admin, connection, timeout)
     topics = sorted({t for m in described.members for t in m.subscribed} | {p.topic for p in described.partitions})
     low: dict[tuple[str, int], int] = {}
     high: dict[tuple[str, int], int] = {}
@@ -146,14 +146,26 @@ def share_section(
 
 def _dlq_section(dlq: BrokerDlq, admin: AdminClient, connection: Mapping[str, Any], timeout: float) -> dict[str, Any]:
     """The group's dead-letter queue in the broker (Kafka 4.4): its topic, copy mode, the cluster's
-    ``share.version``, and why the broker cannot write a full copy to it (None: it can)."""
-    checked = check_broker_dlq(dlq, admin, connection, timeout) if dlq.topic else dlq
-    return {
+    ``share.version``, and why the broker cannot write a full copy to it (None: it can; ``unchecked``
+    says why that could not be told)."""
+    level = share_version(connection, timeout)
+    section: dict[str, Any] = {
         "topic": dlq.topic or None,
         "copy_record": dlq.copy_record,
-        "share_version": share_version(connection, timeout),
-        "problem": checked.problem,
+        "share_version": level,
+        "problem": None,
+        "unchecked": None,
     }
+    if not dlq.topic:
+        return section
+    if level is None:
+        section["unchecked"] = "the cluster's share.version could not be read"
+        return section
+    try:
+        section["problem"] = check_broker_dlq(dlq, admin, connection, timeout, level=level).problem
+    except (KafkaException, concurrent.futures.TimeoutError) as exc:
+        section["unchecked"] = f"could not be checked: {exc}"
+    return section
 
 
 def _number(value: object) -> int | None:
@@ -420,7 +432,8 @@ def render_share(share: Mapping[str, Any]) -> list[str]:
             else f"{dlq['topic']} ({'records' if dlq['copy_record'] else 'headers only'}; "
             + (f"cannot be written: {dlq['problem']})" if dlq["problem"] else "the broker can write it)")
         )
-        lines.append(f"dlq          {state}, share.version {dlq['share_version']}")
+        unchecked = f" ({dlq['unchecked']})" if dlq.get("unchecked") else ""
+        lines.append(f"dlq          {state}{unchecked}, share.version {dlq['share_version']}")
     if share.get("processing_time") is not None:
         lines.append(f"processing   up to {share['processing_time']:g} s per record (--processing-time)")
     rows = [("topic", "partition", "log start", "group start", "log end", "lag", "no start, holds")]

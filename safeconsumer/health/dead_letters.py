@@ -34,7 +34,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -139,11 +139,9 @@ def _mark_processed(records: list[tuple[DeadRecord, Message]]) -> list[tuple[Dea
     ]
 
 
-def _view(msg: Message, partition: int, offset: int) -> DeadRecord:
-    raw_headers: Any = msg.headers() or []
-    if any(k.startswith(BROKER_HEADER_PREFIX) for k, _v in raw_headers):
-        return _broker_view(msg, raw_headers, partition, offset)
-    headers = {k[len(HEADER_PREFIX) :]: v for k, v in raw_headers if k.startswith(HEADER_PREFIX)}
+def _readers(raw_headers: Any, prefix: str) -> tuple[Callable[[str], str | None], Callable[[str], int | None]]:
+    """The headers named ``prefix`` + name, read as text and as a number (None: absent or not one)."""
+    headers = {k[len(prefix) :]: v for k, v in raw_headers if k.startswith(prefix)}
 
     def text(name: str) -> str | None:
         value = headers.get(name)
@@ -153,6 +151,14 @@ def _view(msg: Message, partition: int, offset: int) -> DeadRecord:
         value = text(name)
         return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
+    return text, number
+
+
+def _view(msg: Message, partition: int, offset: int) -> DeadRecord:
+    raw_headers: Any = msg.headers() or []
+    if any(k.startswith(BROKER_HEADER_PREFIX) for k, _v in raw_headers):
+        return _broker_view(msg, raw_headers, partition, offset)
+    text, number = _readers(raw_headers, HEADER_PREFIX)
     original_ts = number("original.timestamp")
     age = time.time() - original_ts / 1000 if original_ts and original_ts > 0 else None
     return DeadRecord(
@@ -177,16 +183,7 @@ BROKER_REJECTED, BROKER_DELIVERY_LIMIT = "rejected", "delivery-limit"
 
 def _broker_view(msg: Message, raw_headers: Any, partition: int, offset: int) -> DeadRecord:
     """A copy the broker wrote (``__dlq.errors.*`` headers); its timestamp is when it was written."""
-    headers = {k[len(BROKER_HEADER_PREFIX) :]: v for k, v in raw_headers if k.startswith(BROKER_HEADER_PREFIX)}
-
-    def text(name: str) -> str | None:
-        value = headers.get(name)
-        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-    def number(name: str) -> int | None:
-        value = text(name)
-        return int(value) if value is not None and value.lstrip("-").isdigit() else None
-
+    text, number = _readers(raw_headers, BROKER_HEADER_PREFIX)
     message = text("message")
     rejected = message is not None and "rejected" in message.lower()
     _ts_type, ts = msg.timestamp()

@@ -230,7 +230,7 @@ class Acknowledgements(ShareConsumer):
         it goes back to the group now, and its redelivery is the next attempt, unless this was its
         last delivery (False: the policy dead-letters it now)."""
         count = message.delivery_count() or 1
-        if count >= self._look.last_delivery:
+        if count >= self._look.settings.delivery_limit:
             return False
         if self._batch is None or self._closed:
             return True  # closed meanwhile: it went back with what the consumer held

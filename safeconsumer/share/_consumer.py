@@ -256,6 +256,12 @@ class SafeShareConsumer(Acknowledgements):
         return self._look.settings
 
     @property
+    def dead_letters_by_broker(self) -> bool:
+        """Whether the broker writes this consumer's dead-letter copies: the group's dead-letter queue
+        in the broker (Kafka 4.4) is the ``DeadLetter`` policy's topic and the broker can write it."""
+        return self._look.broker_copies
+
+    @property
     def _settings(self) -> GroupSettings:
         return self._look.settings
 
@@ -709,7 +715,7 @@ class SafeShareConsumer(Acknowledgements):
         """S4: records on their last delivery go to the dead-letter topic before the application sees
         them, all of a batch in one round trip (the shorter the wait, the less a SIGKILL meanwhile takes)."""
         limit = self._settings.delivery_limit
-        at = self._look.last_delivery
+        at = self._look.copy_from
         last = [(m, count) for m in records if (count := m.delivery_count() or 0) >= at and m.error() is None]
         if not last:
             return

@@ -4,7 +4,9 @@ On a cluster whose ``share.version`` is 2 or more, a share group whose config na
 (``errors.deadletterqueue.topic.name``) has the *broker* write a copy of every record it archives:
 one the client REJECTed, and one past ``share.delivery.count.limit`` (released, or whose lock ran
 out), whether or not a member is alive. With ``errors.deadletterqueue.copy.record.enable`` the copy
-holds the record (key, value, headers), else only the ``__dlq.errors.*`` headers.
+holds the record's key and value (not its headers; its timestamp is the write's), else neither; it
+always carries the ``__dlq.errors.*`` headers. It says where the record came from and why it was
+archived, not which exception the application saw (the consumer logs that).
 
 The broker accepts the group config whatever the topic is, and finds out only when it writes: a
 topic that does not exist, lacks the topic config ``errors.deadletterqueue.group.enable=true`` or
@@ -73,19 +75,23 @@ def from_group_entries(entries: Mapping[str, Any]) -> BrokerDlq:
     )
 
 
-def check_broker_dlq(dlq: BrokerDlq, admin: AdminClient, connection: Mapping[str, Any], timeout: float) -> BrokerDlq:
+def check_broker_dlq(
+    dlq: BrokerDlq, admin: AdminClient, connection: Mapping[str, Any], timeout: float, *, level: int | None = -1
+) -> BrokerDlq:
     """``dlq`` with :attr:`BrokerDlq.problem` set to the first reason the broker would not write a
     full copy to its topic, naming what to fix. ``connection``: the client settings (for the
-    cluster's feature levels, which the admin API does not read). Raises ``KafkaException`` when the
-    cluster does not answer."""
+    cluster's feature levels, which the admin API does not read); ``level``: the cluster's
+    ``share.version`` when the caller read it already. Raises ``KafkaException`` when the cluster
+    does not answer."""
     if not dlq.topic:
         return dlq
-    problem = _cluster_problem(dlq, connection, timeout) or _topic_problem(dlq.topic, admin, timeout)
+    if level == -1:
+        level = share_version(connection, timeout)
+    problem = _cluster_problem(dlq, level) or _topic_problem(dlq.topic, admin, timeout)
     return replace(dlq, problem=problem)
 
 
-def _cluster_problem(dlq: BrokerDlq, connection: Mapping[str, Any], timeout: float) -> str | None:
-    level = share_version(connection, timeout)
+def _cluster_problem(dlq: BrokerDlq, level: int | None) -> str | None:
     if level is None:
         return "the cluster's share.version could not be read"
     if level < DLQ_SHARE_VERSION:

@@ -57,6 +57,8 @@ class GroupSettings:
     #: The group's dead-letter queue in the broker (Kafka 4.4), checked when a consumer's policy
     #: dead-letters (:func:`._dlq.check_broker_dlq`).
     dlq: BrokerDlq = dataclasses.field(default_factory=BrokerDlq)
+    #: Read from the broker (False: Kafka's defaults, the group's own settings not read yet).
+    read: bool = False
 
     @property
     def lock_seconds(self) -> float:
@@ -80,6 +82,7 @@ def read_settings(admin: AdminClient, group: str, timeout: float = 10.0) -> Grou
         auto_offset_reset=str(reset),
         reset_is_the_groups=source is not None and _is_group_source(source),
         dlq=from_group_entries(entries),
+        read=True,
     )
 
 
@@ -177,8 +180,11 @@ class GroupLook:
         self.settings = GroupSettings()
         self._read_at = 0.0
         self._refreshing: threading.Thread | None = None
-        #: Whether the group's settings were ever read (until then :attr:`settings` are Kafka's defaults).
-        self.known = False
+
+    @property
+    def known(self) -> bool:
+        """Whether the group's settings were ever read (until then :attr:`settings` are Kafka's defaults)."""
+        return self.settings.read
 
     def admin(self) -> AdminClient:
         if self._admin is None:
@@ -196,30 +202,35 @@ class GroupLook:
         return self.dead_letter_topic is not None and dlq.usable and dlq.topic == self.dead_letter_topic
 
     def read(self) -> None:
+        """The group's settings, and its broker DLQ checked when it is the policy's topic (a check that
+        fails leaves the settings read: the DLQ is then not relied on, and checked at the next read)."""
         try:
-            admin = self.admin()
-            settings = read_settings(admin, self.group, ADMIN_TIMEOUT)
-            if self.dead_letter_topic is not None and settings.dlq.topic:
-                settings = dataclasses.replace(
-                    settings, dlq=check_broker_dlq(settings.dlq, admin, self._admin_conf, ADMIN_TIMEOUT)
-                )
-            self.settings = settings
-            self.known = True
-            self._say_dlq()
-        except Exception as exc:  # noqa: BLE001 - the last known settings stay; said once per failure
+            settings = read_settings(self.admin(), self.group, ADMIN_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - the last known settings stay; read again soon
             logger.warning(
                 "could not read share group %r's settings: %s; read again in %.0fs", self.group, exc, RETRY_AFTER
             )
             self._read_at = time.monotonic() - REFRESH_EVERY + RETRY_AFTER
             return
         self._read_at = time.monotonic()
+        self.settings = dataclasses.replace(settings, dlq=self._checked(settings.dlq))
+        self._say_dlq()
+
+    def _checked(self, dlq: BrokerDlq) -> BrokerDlq:
+        if self.dead_letter_topic is None or dlq.topic != self.dead_letter_topic:
+            return dlq  # not relied on: nothing to check
+        try:
+            return check_broker_dlq(dlq, self.admin(), self._admin_conf, ADMIN_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - never trusted unchecked
+            return dataclasses.replace(dlq, problem=f"it could not be checked ({type(exc).__name__})")
 
     @property
-    def last_delivery(self) -> int:
-        """The delivery count from which a record is on its last delivery: the group's limit, or 2
-        while its settings were never read (a copy too many, never an archive without one)."""
-        limit = self.settings.delivery_limit
-        return limit if self.known else min(limit, 2)
+    def copy_from(self) -> int:
+        """The delivery count from which a record handed out is copied before processing (S4): the
+        group's limit, or 2 while its settings were never read (a copy too many, never an archive
+        without one)."""
+        settings = self.settings  # one snapshot: the refresh thread replaces it whole
+        return settings.delivery_limit if settings.read else min(settings.delivery_limit, 2)
 
     def _say_dlq(self) -> None:
         """Once per state: whether the broker's copies are relied on, and what to fix when they cannot be."""
@@ -261,11 +272,13 @@ class GroupLook:
         topic, dlq = self.dead_letter_topic, self.settings.dlq
         if not self.set_dlq or topic is None or dlq.topic == topic:
             return
-        if not dlq.known:
+        if not self.known or not dlq.known:
             logger.warning(
-                "share group %r: group_dlq=True was not applied: the cluster has no share-group dead-letter queue "
-                "(Kafka 4.4, KIP-1191); the consumer writes its own copies to %r",
+                "share group %r: group_dlq=True was not applied: %s; the consumer writes its own copies to %r",
                 self.group,
+                "its settings could not be read"
+                if not self.known
+                else "the cluster has no share-group dead-letter queue (Kafka 4.4, KIP-1191)",
                 topic,
             )
             return
@@ -280,9 +293,16 @@ class GroupLook:
                 "errors.deadletterqueue.copy.record.enable",
             )
             return
-        set_group_dlq(self.admin(), self.group, topic, ADMIN_TIMEOUT)
+        try:
+            set_group_dlq(self.admin(), self.group, topic, ADMIN_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - the consumer copies itself, as without the option
+            logger.warning("share group %r: group_dlq=True could not be applied: %s", self.group, exc)
+            return
         logger.info("share group %r: its dead-letter queue in the broker is now %r", self.group, topic)
-        self.read()
+        # Not read back (a describe right after the change may still answer the old value): checked as set.
+        mine = dataclasses.replace(dlq, topic=topic, copy_record=True, problem=None)
+        self.settings = dataclasses.replace(self.settings, dlq=self._checked(mine))
+        self._say_dlq()
 
     def maybe_refresh(self, now: float) -> None:
         if now - self._read_at < REFRESH_EVERY or (self._refreshing is not None and self._refreshing.is_alive()):
@@ -306,13 +326,22 @@ class GroupLook:
         if self.start is not None or self.dead_letter_topic is not None:
             # Settled before the first poll: a record's start, and who writes its dead-letter copy
             # (the consumer copying a last delivery the broker copies too would be two copies).
-            self.look(topics, exists)
+            self.settle(exists)
+            self._on_thread(self.warn_of_skipped, topics, exists)
             return
+        self._on_thread(self.look, topics, exists)
+
+    def _on_thread(self, target: Any, *args: Any) -> None:
         # The thread holds this look, never the consumer (a dropped consumer is freed where it is dropped).
-        threading.Thread(target=self.look, args=(topics, exists), name="safeconsumer-share-group", daemon=True).start()
+        threading.Thread(target=target, args=args, name="safeconsumer-share-group", daemon=True).start()
 
     def look(self, topics: list[str], exists: bool) -> None:
         """The group's settings, its start (``start``), and the WARNING of a new group starting past records."""
+        self.settle(exists)
+        self.warn_of_skipped(topics, exists)
+
+    def settle(self, exists: bool) -> None:
+        """The group's settings read, its broker DLQ (``group_dlq``) and its start (``start``) settled."""
         admin = self.admin()
         self.read()
         self.settle_dlq(exists)
@@ -334,9 +363,12 @@ class GroupLook:
                 self.settings = dataclasses.replace(
                     self.settings, auto_offset_reset=self.start, reset_is_the_groups=True
                 )
+
+    def warn_of_skipped(self, topics: list[str], exists: bool) -> None:
+        """The WARNING of a new group that starts at the latest offset past records its topics hold."""
         if not exists and self.settings.auto_offset_reset == "latest":
             try:
-                held = records_held(admin, topics, ADMIN_TIMEOUT)
+                held = records_held(self.admin(), topics, ADMIN_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - only a warning is lost
                 logger.debug("could not count the records of %s: %s", topics, exc)
                 return

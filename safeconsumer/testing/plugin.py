@@ -18,6 +18,9 @@ Fixtures:
   (:data:`KAFKA_VERSION`) unless the test is marked ``@pytest.mark.kafka_versions``: such a test runs
   once per supported release (:data:`KAFKA_VERSIONS`, test ids ``[4.4.0]``, ``[4.3.1]``), or once per
   release it names (``@pytest.mark.kafka_versions("4.3.1")``), each on brokers of that release.
+  Where the brokers are not started from a release's jars (``KAFKA_BOOTSTRAP_SERVERS``,
+  ``KAFKA_HOME``), they are one release: ``SAFECONSUMER_KAFKA_VERSION`` names it (default the
+  newest), and tests of other releases are deselected (the summary counts them).
 
 A broker that cannot start fails every test that needs it, loudly, with the
 reason and the broker log. It never skips: a skipped Kafka test is no evidence.
@@ -25,6 +28,7 @@ reason and the broker log. It never skips: a skipped Kafka test is no evidence.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 
@@ -87,8 +91,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     mark = metafunc.definition.get_closest_marker("kafka_versions")
-    if mark is None or "kafka_version" not in metafunc.fixturenames:
+    if mark is None:
         return
+    if "kafka_version" not in metafunc.fixturenames:
+        if not any(m.name == "kafka_versions" for m in metafunc.definition.own_markers):
+            return  # a module's mark: this test of it starts no broker
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid}: marked kafka_versions, but none of its fixtures depends on "
+            "kafka_version (its brokers would all be the default release)"
+        )
     versions = mark.args or KAFKA_VERSIONS
     unknown = [v for v in versions if v not in KAFKA_VERSIONS]
     if unknown:
@@ -96,10 +107,36 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("kafka_version", list(versions), indirect=True, scope="session")
 
 
+def _fixed_release() -> str | None:
+    """The one Kafka release the session's brokers can be, where it does not start them from a
+    version's jars (``KAFKA_BOOTSTRAP_SERVERS``, ``KAFKA_HOME``): ``SAFECONSUMER_KAFKA_VERSION``, else
+    the default; None where every supported release can be started."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get("KAFKA_HOME"):
+        return os.environ.get("SAFECONSUMER_KAFKA_VERSION") or KAFKA_VERSION
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With a fixed release (:func:`_fixed_release`), a test for another release is deselected (and
+    reported as such), never run against brokers of the wrong release."""
+    fixed = _fixed_release()
+    if fixed is None:
+        return
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        version = callspec.params.get("kafka_version") if callspec is not None else None
+        (dropped if version is not None and version != fixed else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 @pytest.fixture(scope="session")
 def kafka_version(request: pytest.FixtureRequest) -> str:
     """The Apache Kafka release of this test's brokers (see ``@pytest.mark.kafka_versions``)."""
-    return str(getattr(request, "param", KAFKA_VERSION))
+    return str(getattr(request, "param", _fixed_release() or KAFKA_VERSION))
 
 
 @pytest.fixture(scope="session")
@@ -148,4 +185,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     except BrokerStartError as exc:
         return f"safeconsumer.testing: Kafka broker source = none ({exc})"
     image = f" ({container_image()})" if kind == "container" else ""
-    return f"safeconsumer.testing: Kafka broker source = {kind}{image}"
+    fixed = _fixed_release()
+    releases = (
+        f"Kafka {fixed} only (SAFECONSUMER_KAFKA_VERSION; tests of other releases deselected)"
+        if fixed
+        else f"Kafka {', '.join(KAFKA_VERSIONS)}"
+    )
+    return f"safeconsumer.testing: Kafka broker source = {kind}{image}; {releases}"

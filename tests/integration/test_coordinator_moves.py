@@ -33,8 +33,8 @@ DELIVERED = 5
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    with running_cluster() as c:
+def cluster(kafka_version: str) -> Iterator[Cluster]:
+    with running_cluster(version=kafka_version) as c:
         yield c
 
 

@@ -59,6 +59,11 @@ def _headers(m: Message) -> dict[str, str]:
     return {k: v.decode() for k, v in raw if isinstance(v, bytes)}
 
 
+def _failed_writes(broker: Any) -> int:
+    """How many DLQ writes the broker logged as failed ("Failed to write to DLQ") so far."""
+    return str(broker.log_path.read_text(errors="replace")).count("Failed to write to DLQ")
+
+
 def _marker_read(
     kafka: KafkaTestKit, c: ShareConsumer, topic: str, at: int, seen: list[Message], *, explicit: bool = True
 ) -> None:
@@ -325,14 +330,13 @@ def test_a_sigkilled_safe_member_loses_nothing_with_the_broker_dlq(kafka: KafkaT
     kill_after(start_share_member(kafka, topic, group, safe=dlq), 5, delivery=2)
     copies = _copies(kafka, dlq, 5)
     assert sorted(int(_headers(m)["__dlq.errors.offset"]) for m in copies) == list(range(5))
-    time.sleep(0)  # nothing else is written: the members never copied a last delivery themselves
     assert kafka.end_offsets(dlq) == {0: 5}
 
 
 @pytest.mark.kafka_versions("4.4.0")
 @pytest.mark.parametrize("wrong", ["topic not enabled for groups", "name without the dlq. prefix", "headers only"])
 def test_a_broker_dlq_that_cannot_copy_is_reported_and_the_consumer_copies_itself(
-    kafka: KafkaTestKit, closing: list[ShareConsumer], caplog: pytest.LogCaptureFixture, wrong: str
+    kafka: KafkaTestKit, kafka_broker: Any, closing: list[ShareConsumer], caplog: pytest.LogCaptureFixture, wrong: str
 ) -> None:
     caplog.set_level(logging.INFO, logger="safeconsumer")
     topic, group = kafka.create_topic(partitions=1), kafka.name("g")
@@ -344,6 +348,7 @@ def test_a_broker_dlq_that_cannot_copy_is_reported_and_the_consumer_copies_itsel
     else:
         dlq, fix = broker_dlq(kafka, group, topic=kafka.name("no-prefix")), "errors.deadletterqueue.topic.name.prefix"
     _one_batch(kafka, topic, 2)
+    failed_before = _failed_writes(kafka_broker)
     c = _safe(kafka, group, "explicit", dlq, closing)
     c.subscribe([topic])
     warnings = [
@@ -363,8 +368,10 @@ def test_a_broker_dlq_that_cannot_copy_is_reported_and_the_consumer_copies_itsel
     assert _headers(copy)["safeconsumer.dlt.original.offset"] == "0"
     if wrong == "headers only":  # the broker also copies what the consumer rejects: its headers
         wait_until(lambda: kafka.end_offsets(dlq) == {0: 2}, timeout=60, what="the broker's headers-only copy")
-    else:
-        c.close()
+    else:  # the broker's own attempt at the REJECT fails (logged), and writes nothing
+        wait_until(
+            lambda: _failed_writes(kafka_broker) > failed_before, timeout=60, what="the broker's failed DLQ write"
+        )
         assert kafka.end_offsets(dlq) == {0: 1}
 
 
@@ -379,12 +386,12 @@ def test_group_dlq_makes_the_topic_the_dlq_of_a_new_group_only(
     c = _safe(kafka, new, "implicit", dlq, closing, group_dlq=True)
     c.subscribe([topic])
     assert c.group_settings.dlq.topic == dlq and c.group_settings.dlq.copy_record
-    assert c._look.broker_copies
+    assert c.dead_letters_by_broker
     other = broker_dlq(kafka, live)
     d = _safe(kafka, live, "implicit", dlq, closing, group_dlq=True)
     d.subscribe([topic])
     assert f"has the dead-letter queue {other!r}; group_dlq=True was not applied" in caplog.text
-    assert d.group_settings.dlq.topic == other and not d._look.broker_copies
+    assert d.group_settings.dlq.topic == other and not d.dead_letters_by_broker
 
 
 @pytest.mark.kafka_versions("4.3.1")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,23 +13,67 @@ from safeconsumer.share._dlq import BrokerDlq
 from safeconsumer.share._group import REFRESH_EVERY, RETRY_AFTER, GroupLook, GroupSettings
 
 
-def _failing(*_args: Any, **_kwargs: Any) -> GroupSettings:
-    raise RuntimeError("Timed out waiting for controller")
-
-
-def test_a_failed_read_is_retried_within_seconds_and_counts_the_second_delivery_as_the_last(
+def test_a_failed_read_is_retried_within_seconds_and_copies_from_the_second_delivery(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     look = GroupLook("g", {"bootstrap.servers": "127.0.0.1:1"}, None)
     monkeypatch.setattr(look, "admin", lambda: None)
-    monkeypatch.setattr(_group, "read_settings", _failing)
+    reads: list[float] = []
+
+    def failing(*_args: Any, **_kwargs: Any) -> GroupSettings:
+        reads.append(time.monotonic())
+        raise RuntimeError("Timed out waiting for controller")
+
+    monkeypatch.setattr(_group, "read_settings", failing)
+    monkeypatch.setattr("safeconsumer.share._group.threading.Thread", _Inline)
     look.read()
     assert not look.known and look.settings == GroupSettings()
-    assert look.last_delivery == 2, "unknown limit: a copy too many, never an archive without one"
-    assert look._read_at <= time.monotonic() - REFRESH_EVERY + RETRY_AFTER + 0.5
-    monkeypatch.setattr(_group, "read_settings", lambda *_a, **_k: GroupSettings(delivery_limit=4))
+    assert look.copy_from == 2, "unknown limit: a copy too many, never an archive without one"
+    now = time.monotonic()
+    look.maybe_refresh(now + 0.5)
+    assert len(reads) == 1, "not read again at once"
+    look.maybe_refresh(now + RETRY_AFTER + 0.1)
+    assert len(reads) == 2, f"read again {RETRY_AFTER:g} s after a failure, not {REFRESH_EVERY:g} s"
+
+    def good(*_args: Any, **_kwargs: Any) -> GroupSettings:
+        reads.append(time.monotonic())
+        return GroupSettings(delivery_limit=4, read=True)
+
+    monkeypatch.setattr(_group, "read_settings", good)
     look.read()
-    assert look.known and look.last_delivery == 4
+    assert look.known and look.copy_from == 4 and len(reads) == 3
+    look.maybe_refresh(time.monotonic() + RETRY_AFTER + 0.1)
+    assert len(reads) == 3, "after a good read, the next is a minute away"
+
+
+class _Inline:
+    """A thread that runs its target at start(), for a deterministic refresh."""
+
+    def __init__(
+        self, target: Callable[..., object], name: str = "", daemon: bool = False, args: tuple[Any, ...] = ()
+    ) -> None:
+        self._target, self._args = target, args
+
+    def start(self) -> None:
+        self._target(*self._args)
+
+    def is_alive(self) -> bool:
+        return False
+
+
+def test_a_dlq_check_that_fails_leaves_the_settings_read_and_the_dlq_unrelied(monkeypatch: pytest.MonkeyPatch) -> None:
+    look = GroupLook("g", {}, None, dead_letter_topic="dlq.orders")
+    monkeypatch.setattr(look, "admin", lambda: None)
+    dlq = BrokerDlq(topic="dlq.orders", copy_record=True, known=True)
+    monkeypatch.setattr(_group, "read_settings", lambda *_a, **_k: GroupSettings(delivery_limit=3, dlq=dlq, read=True))
+
+    def refused(*_args: Any) -> BrokerDlq:
+        raise RuntimeError("Cluster authorization failed")
+
+    monkeypatch.setattr(_group, "check_broker_dlq", refused)
+    look.read()
+    assert look.known and look.copy_from == 3
+    assert not look.broker_copies and look.settings.dlq.problem == "it could not be checked (RuntimeError)"
 
 
 @pytest.mark.parametrize(
