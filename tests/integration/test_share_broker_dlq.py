@@ -256,6 +256,20 @@ def _fails_on_zero(m: Message) -> None:
         raise ValueError("offset 0 always fails")
 
 
+def _handle_until(c: SafeShareConsumer, n: int) -> list[Message]:
+    """Poll ``c`` and ``handle()`` each record with :func:`_fails_on_zero` until ``n`` were handled."""
+    got: list[Message] = []
+
+    def step() -> None:
+        for m in _records(c.poll(0.5)):
+            got.append(m)
+            c.handle(m, _fails_on_zero)
+        c.commit_sync(10)
+
+    wait_until(lambda: len(got) >= n, timeout=60, what=f"{n} records handled", step=step)
+    return got
+
+
 @pytest.mark.kafka_versions("4.4.0")
 @pytest.mark.parametrize("mode", MODES)
 def test_the_broker_copies_what_fails_and_the_consumer_copies_nothing(
@@ -355,15 +369,7 @@ def test_a_broker_dlq_that_cannot_copy_is_reported_and_the_consumer_copies_itsel
         r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "not relied on" in r.getMessage()
     ]
     assert len(warnings) == 1 and fix in warnings[0], caplog.text
-    got: list[Message] = []
-
-    def step() -> None:
-        for m in _records(c.poll(0.5)):
-            got.append(m)
-            c.handle(m, _fails_on_zero)
-        c.commit_sync(10)
-
-    wait_until(lambda: len(got) >= 2, timeout=60, what="the batch handled", step=step)
+    _handle_until(c, 2)
     (copy,) = _copies(kafka, dlq, 1)
     assert _headers(copy)["safeconsumer.dlt.original.offset"] == "0"
     if wrong == "headers only":  # the broker also copies what the consumer rejects: its headers
@@ -405,15 +411,7 @@ def test_on_kafka_4_3_the_consumer_copies_itself_and_group_dlq_says_why_not(
     c = _safe(kafka, group, "explicit", dlt, closing, group_dlq=True)
     c.subscribe([topic])
     assert "the cluster has no share-group dead-letter queue" in caplog.text
-    got: list[Message] = []
-
-    def step() -> None:
-        for m in _records(c.poll(0.5)):
-            got.append(m)
-            c.handle(m, _fails_on_zero)
-        c.commit_sync(10)
-
-    wait_until(lambda: len(got) >= 2, timeout=60, what="the batch handled", step=step)
+    _handle_until(c, 2)
     (copy,) = _copies(kafka, dlt, 1)
     assert _headers(copy)["safeconsumer.dlt.original.offset"] == "0"
 
