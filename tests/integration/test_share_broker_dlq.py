@@ -64,6 +64,22 @@ def _failed_writes(broker: Any) -> int:
     return str(broker.log_path.read_text(errors="replace")).count("Failed to write to DLQ")
 
 
+def _five_records_with_a_broker_dlq(kafka: KafkaTestKit) -> tuple[str, str, str]:
+    """A topic holding 5 records in one batch, and a group (lock 2 s, limit 2, from the earliest
+    record) whose broker DLQ is usable: (topic, group, DLQ topic)."""
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(
+        kafka,
+        group,
+        share_auto_offset_reset="earliest",
+        share_delivery_count_limit="2",
+        share_record_lock_duration_ms="2000",
+    )
+    dlq = broker_dlq(kafka, group)
+    _one_batch(kafka, topic, 5)
+    return topic, group, dlq
+
+
 def _marker_read(
     kafka: KafkaTestKit, c: ShareConsumer, topic: str, at: int, seen: list[Message], *, explicit: bool = True
 ) -> None:
@@ -122,16 +138,7 @@ def test_raw_broker_dlq_copies_a_rejected_record_and_one_past_the_limit(
 def test_raw_broker_dlq_copies_what_a_sigkilled_member_held_on_its_last_delivery(kafka: KafkaTestKit) -> None:
     """No client alive: a member SIGKILLed holding 5 records on their first delivery, the next one
     SIGKILLed holding them on their last (limit 2): the broker copies all 5 when their locks run out."""
-    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    set_group_config(
-        kafka,
-        group,
-        share_auto_offset_reset="earliest",
-        share_delivery_count_limit="2",
-        share_record_lock_duration_ms="2000",
-    )
-    dlq = broker_dlq(kafka, group)
-    _one_batch(kafka, topic, 5)
+    topic, group, dlq = _five_records_with_a_broker_dlq(kafka)
     assert sorted(kill_after(start_share_member(kafka, topic, group), 5, delivery=1)) == [(i, 1) for i in range(5)]
     assert sorted(kill_after(start_share_member(kafka, topic, group), 5, delivery=2)) == [(i, 2) for i in range(5)]
     copies = _copies(kafka, dlq, 5)
@@ -330,16 +337,7 @@ def test_the_broker_copies_what_fails_and_the_consumer_copies_nothing(
 def test_a_sigkilled_safe_member_loses_nothing_with_the_broker_dlq(kafka: KafkaTestKit) -> None:
     """The window "Not yet" listed on 4.3 closes: SafeShareConsumer members SIGKILLed holding records
     (the second on their last delivery) leave the copies to the broker, one per record."""
-    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
-    set_group_config(
-        kafka,
-        group,
-        share_auto_offset_reset="earliest",
-        share_delivery_count_limit="2",
-        share_record_lock_duration_ms="2000",
-    )
-    dlq = broker_dlq(kafka, group)
-    _one_batch(kafka, topic, 5)
+    topic, group, dlq = _five_records_with_a_broker_dlq(kafka)
     kill_after(start_share_member(kafka, topic, group, safe=dlq), 5, delivery=1)
     kill_after(start_share_member(kafka, topic, group, safe=dlq), 5, delivery=2)
     copies = _copies(kafka, dlq, 5)
