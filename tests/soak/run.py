@@ -55,6 +55,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from safeconsumer.testing import PROTOCOLS, KafkaTestKit, Protocol, WaitTimeout, start_broker, wait_until
 
 from ..cluster import FAULT_SETTINGS, Cluster
+from ..support import replicated_topic
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Partitions of the two soak topics.
@@ -275,7 +276,7 @@ class Soak:
         self.verbose = verbose
         # Kept only when the run fails: in the repository's ignored output directory (out/).
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"{self.seed}-", dir=_out_dir()))
-        self.topics = [kit.create_topic(kit.name(f"soak-{protocol}-t{i}"), n) for i, n in enumerate(PARTITIONS)]
+        self.topics = [replicated_topic(kit, kit.name(f"soak-{protocol}-t{i}"), n) for i, n in enumerate(PARTITIONS)]
         self.group = kit.name(f"soak-{protocol}-g")
         self.members: list[_Member] = []
         self.figures = Figures(f"raw {protocol}" if raw else protocol)

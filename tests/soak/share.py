@@ -562,7 +562,9 @@ class ShareSoak:
             out.mkdir(parents=True, exist_ok=True)
             self.log_dir = Path(tempfile.mkdtemp(prefix=f"share-{mode}-", dir=out))
         self.figures = Figures(mode, log_dir=str(self.log_dir))
-        self.topic = kit.create_topic(partitions=PARTITIONS)
+        from ..support import replicated_topic
+
+        self.topic = replicated_topic(kit, kit.name("share-soak-t"), PARTITIONS)
         self.group = kit.name("share-soak")
         #: Kafka 4.4: the dead-letter topic is also the group's DLQ in the broker, which copies what it archives.
         self.broker_dlq = broker_dlq
@@ -599,15 +601,11 @@ class ShareSoak:
     def _dead_letter_topic(self, kit: KafkaTestKit) -> str:
         """One partition, on every broker of the cluster (a copy waits for no broker fault), named and
         configured as a broker DLQ when the run has one."""
-        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+        from ..support import replicated_topic
 
         name = f"dlq.{kit.name('dlt')}" if self.broker_dlq else kit.name("dlt")
-        replicas = min(2, len(kit.admin.list_topics(timeout=10).brokers))
-        config = {"min.insync.replicas": "1"}
-        if self.broker_dlq:
-            config["errors.deadletterqueue.group.enable"] = "true"
-        kit.admin.create_topics([NewTopic(name, 1, replicas, config=config)])[name].result(30)
-        kit.wait_for_partitions(name, 1)
+        config = {"errors.deadletterqueue.group.enable": "true"} if self.broker_dlq else {}
+        replicated_topic(kit, name, 1, config=config)
         return name
 
     def _say(self, text: str, *, always: bool = False) -> None:
