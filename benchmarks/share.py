@@ -106,7 +106,7 @@ def _child(kind: str, mode: str, bootstrap: str, topic: str, records: int) -> No
     from confluent_kafka.admin import AdminClient
 
     from safeconsumer import SafeShareConsumer
-    from safeconsumer.share._group import set_start
+    from safeconsumer.group._share import set_start
 
     inside = [0]  # main-thread CPU inside upstream's poll()
 

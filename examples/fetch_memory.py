@@ -31,7 +31,7 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from safeconsumer import SafeConsumer
-from safeconsumer.health._memory import FetchLimits, estimate, mib
+from safeconsumer.group._memory import FetchLimits, estimate, mib
 from safeconsumer.testing import KafkaTestKit, start_broker
 
 ROOT = Path(__file__).resolve().parents[1]

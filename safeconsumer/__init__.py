@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 
 from ._deserializing import SafeDeserializingConsumer
-from ._errors import (
+from .base._clients import redact_config
+from .base._errors import (
     EXIT_FATAL,
     EXIT_GROUP_MAX_SIZE,
     AuthenticationFailedError,
@@ -18,8 +19,7 @@ from ._errors import (
     PauseStateError,
     SafeConsumerError,
 )
-from ._version import __version__
-from .consumer._config import redact_config
+from .base._version import __version__
 from .consumer._delivery import DeliveryStats
 from .consumer._facade import SafeConsumer, delivery_stats
 from .consumer._pause import PauseState

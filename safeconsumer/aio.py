@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Message, TopicPartition
 
-from ._errors import consumer_closed
-from ._loop import CHANNEL, AsyncKeepalive, on_loop, on_loop_conf, own_executor, shut_down
+from .base._errors import consumer_closed
+from .base._loop import CHANNEL, AsyncKeepalive, on_loop, on_loop_conf, own_executor, shut_down
 from .consumer._facade import SafeConsumer
 from .consumer._partitions import Receipt
 from .consumer._pause import PauseState

@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException
 
-from ..health._explainer import GroupDescriber, RebalanceExplainer, admin_config
-from ..health._memory import ConsumerBudget, parse_budget
+from ..base._clients import admin_config
+from ..base._errors import FatalPolicy
+from ..group._explainer import GroupDescriber, RebalanceExplainer
+from ..group._memory import ConsumerBudget, parse_budget
 from ..poison._policy import DeadLetterWriter, PoisonHandler, PoisonPolicy, check_policy
 from ..poison._retries import PartitionBounds
 from ._auth import AuthWatch, ErrorTap
@@ -37,7 +39,7 @@ from ._client import RawClient
 from ._delivery import DeliveryGate
 from ._join_gate import MIGRATION_TIMEOUT, JoinGate
 from ._keepalive import KeepaliveMode, Keeper
-from ._lifecycle import FatalPolicy, KeepaliveLink, Lifecycle, State
+from ._lifecycle import KeepaliveLink, Lifecycle, State
 from ._offsets import Offsets
 from ._partitions import PartitionTable
 from ._pause import PauseLedger
@@ -50,7 +52,7 @@ from ._upstream import auto_store_setting, config_of, is_incremental, positive, 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
-from .._telemetry import LazyTelemetry
+from ..base._telemetry import LazyTelemetry
 
 
 @dataclass(frozen=True)

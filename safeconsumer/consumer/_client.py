@@ -28,8 +28,15 @@ from typing import Any, NoReturn, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from .._errors import FatalConsumerError, GroupMigrationError, auth_failed, classify, consumer_closed, is_auth_failure
-from .._keys import Key
+from ..base._errors import (
+    FatalConsumerError,
+    GroupMigrationError,
+    auth_failed,
+    classify,
+    consumer_closed,
+    is_auth_failure,
+)
+from ..base._keys import Key
 from ._auth import AuthWatch
 from ._requery import is_failed_offset_fetch
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from confluent_kafka import Message, TopicPartition
 
-from .._keys import RebalanceCallback
+from ..base._keys import RebalanceCallback
 
 _T = TypeVar("_T")
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
-from .._keys import Key
+from ..base._keys import Key
 from ._client import RawClient
 from ._partitions import PartitionTable
 

@@ -23,16 +23,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from .._keys import RebalanceCallback
+from ..base._clients import redact_config
+from ..base._errors import FatalPolicy
+from ..base._keys import RebalanceCallback
+from ..base._topics import parse_topic_entries
 from ..poison._policy import PoisonPolicy
 from ._assembly import assemble, judge
-from ._config import redact_config
 from ._delivery import DeliveryStats
 from ._deprecated import DeprecatedNames
 from ._join_gate import MIGRATION_TIMEOUT
 from ._keepalive import KeepaliveMode
-from ._lifecycle import FatalPolicy, Lifecycle, State
-from ._pause import PauseState, parse_topic_entries
+from ._lifecycle import Lifecycle, State
+from ._pause import PauseState
 from ._port import ConsumerPort, port_of, register
 from ._retry import CommitRetry
 from ._upstream import NO_CALLBACK as _NO_CALLBACK

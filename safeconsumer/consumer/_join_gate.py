@@ -49,8 +49,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from .._errors import MIGRATION_REMEDY
-from ..health._explainer import GroupView
+from ..base._errors import MIGRATION_REMEDY
+from ..group._explainer import GroupView
 
 logger = logging.getLogger("safeconsumer")
 

@@ -19,34 +19,35 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import sys
 import threading
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
-from .._errors import (
+from ..base._errors import (
     EXIT_FATAL,
     EXIT_GROUP_MAX_SIZE,
     ConsumerClosedError,
     FatalConsumerError,
+    FatalPolicy,
     GroupMaxSizeReachedError,
     consumer_closed,
     error_type,
+    exit_process,
 )
-from ..health._explainer import FENCED_CODES
+from ..group._explainer import FENCED_CODES
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from .._telemetry import LazyTelemetry
-    from ..health._explainer import RebalanceExplainer
-    from ..health._memory import ConsumerBudget
+    from ..base._telemetry import LazyTelemetry
+    from ..group._explainer import RebalanceExplainer
+    from ..group._memory import ConsumerBudget
     from ._client import RawClient
     from ._delivery import DeliveryGate
     from ._keepalive import Keeper
@@ -55,8 +56,6 @@ if TYPE_CHECKING:
     from ._rebalance import Rebalancer
 
 logger = logging.getLogger("safeconsumer")
-
-FatalPolicy = Literal["raise", "exit"]
 
 
 class State(enum.Enum):
@@ -75,16 +74,6 @@ def log_critical(text: str, *, exiting: bool) -> None:
         print(f"CRITICAL safeconsumer: {text}", file=sys.stderr, flush=True)  # noqa: T201
     else:
         logger.critical("%s", text)
-
-
-def exit_process(status: int) -> NoReturn:
-    """End the process now, from any thread: a fatal error must not be retried into the broker."""
-    for handler in logging.getLogger().handlers + logging.getLogger("safeconsumer").handlers:
-        handler.flush()
-    sys.stderr.flush()
-    if threading.current_thread() is threading.main_thread():
-        raise SystemExit(status)
-    os._exit(status)  # a background thread: SystemExit would end only this thread
 
 
 @dataclass

@@ -26,8 +26,8 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from .._errors import with_note
-from .._keys import Key
+from ..base._errors import with_note
+from ..base._keys import Key
 from ._client import RawClient
 from ._delivery import DeliveryGate, next_offset
 from ._lifecycle import Lifecycle, State

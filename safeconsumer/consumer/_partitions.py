@@ -51,7 +51,7 @@ from typing import Literal, TypeVar
 
 from confluent_kafka import Message
 
-from .._keys import Key, key_of
+from ..base._keys import Key, key_of
 
 logger = logging.getLogger("safeconsumer")
 

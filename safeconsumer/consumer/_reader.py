@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from confluent_kafka import Message
 
-from .._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
+from ..base._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
 from ._client import RawClient
 from ._delivery import DeliveryGate
 from ._partitions import PartitionTable

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from .._errors import FatalConsumerError, InvalidPauseRequest, PauseStateError, is_failed_conversion
-from .._keys import Key, RebalanceCallback
-from ..health._explainer import RebalanceExplainer
+from ..base._errors import FatalConsumerError, InvalidPauseRequest, PauseStateError, is_failed_conversion
+from ..base._keys import Key, RebalanceCallback
+from ..group._explainer import RebalanceExplainer
 from ._client import RawClient, group_generation, tps
 from ._deferred import DeferredOnLost
 from ._delivery import DeliveryGate
@@ -49,7 +49,7 @@ from ._requery import Requery
 from ._stall import CAUSES as STALL_CAUSES
 
 if TYPE_CHECKING:
-    from .._telemetry import LazyTelemetry
+    from ..base._telemetry import LazyTelemetry
 
 logger = logging.getLogger("safeconsumer")
 

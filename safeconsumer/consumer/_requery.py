@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from confluent_kafka import KafkaError
 
-from .._keys import Key
+from ..base._keys import Key
 
 #: The start of every error event librdkafka sends when it gives up fetching a committed offset.
 FAILED_OFFSET_FETCH = "Failed to fetch committed offset"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
 
-from .._errors import is_retriable_commit_error
+from ..base._errors import is_retriable_commit_error
 
 if (
     TYPE_CHECKING

@@ -37,8 +37,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 
-from .._errors import FatalConsumerError
-from .._keys import Key
+from ..base._errors import FatalConsumerError
+from ..base._keys import Key
 from ._client import RawClient
 from ._partitions import PartitionTable
 

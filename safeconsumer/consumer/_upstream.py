@@ -24,8 +24,8 @@ from typing import Any, TypeVar, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from .._errors import FatalConsumerError, consumer_closed
-from .._keys import Key
+from ..base._errors import FatalConsumerError, consumer_closed
+from ..base._keys import Key
 from ._lifecycle import State
 
 #: Timeouts poll() takes as they are; anything else is first judged by upstream's poll().

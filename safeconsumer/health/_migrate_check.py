@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType  # type: ignore[attr-defined]
 
-from ..consumer._config import redact_config
+from ..base._clients import redact_config
 from ..consumer._join_gate import CONVERTIBLE_ASSIGNORS, MIGRATION_TIMEOUT
 from ._findings import Finding
 

@@ -49,13 +49,13 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from ..group._dlq import DLQ_SHARE_VERSION, BrokerDlq, check_broker_dlq, share_version
+from ..group._share import DEFAULT_DELIVERY_LIMIT, DEFAULT_LOCK_MS, read_settings, watermarks
+from ..group._wire import WireError
 from ..share._batch import RELEASE_AT
-from ..share._dlq import DLQ_SHARE_VERSION, BrokerDlq, check_broker_dlq, share_version
-from ..share._group import DEFAULT_DELIVERY_LIMIT, DEFAULT_LOCK_MS, read_settings, watermarks
 from ._findings import Finding
 from ._share_look import ShareGroup, describe_share_group
 from ._share_state import StateWatch
-from ._wire import WireError
 
 #: librdkafka's default ``max.poll.records`` for a share consumer.
 DEFAULT_MAX_POLL_RECORDS = 500

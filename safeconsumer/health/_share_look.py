@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._wire import (
+from ..group._wire import (
     GROUP_AUTHORIZATION_FAILED,
     GROUP_ID_NOT_FOUND,
     NONE,

@@ -31,8 +31,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from ._explainer import HELPER_LOG, admin_config
-from ._wire import Reader, WireError
+from ..base._clients import HELPER_LOG, admin_config
+from ..group._wire import Reader, WireError
 
 STATE_TOPIC = "__share_group_state"
 

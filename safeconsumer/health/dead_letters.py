@@ -40,9 +40,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
+from ..base._clients import HELPER_LOG
 from ..poison._policy import BROKER_HEADER_PREFIX, HEADER_PREFIX
 from ._cli import add_config_option
-from ._explainer import HELPER_LOG
 
 __all__ = ["DeadRecord", "add_command", "read_dead_letters", "replay", "run"]
 

@@ -68,13 +68,15 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from .._errors import is_auth_failure
+from ..base._clients import HELPER_LOG, admin_config
+from ..base._errors import is_auth_failure
+from ..group._describe_process import enum_name
+from ..group._explainer import describe_group
+from ..group._memory import FetchEstimate, FetchLimits, estimate, mib
+from ..group._wire import NotOffered, WireError
 from . import dead_letters
 from ._cli import add_config_option
-from ._describe_process import enum_name
-from ._explainer import HELPER_LOG, admin_config, describe_group
 from ._findings import Finding
-from ._memory import FetchEstimate, FetchLimits, estimate, mib
 from ._migrate_check import (
     NOT_A_CONSUMER_GROUP,
     group_config,
@@ -85,7 +87,6 @@ from ._migrate_check import (
 )
 from ._share_check import observe_share, progress, render_share, share_findings, share_members, share_section
 from ._share_look import ShareGroup, describe_share_group
-from ._wire import NotOffered, WireError
 
 #: Share of the broker's group size limit from which ``group_size`` is reported.
 SIZE_WARNING = 0.8

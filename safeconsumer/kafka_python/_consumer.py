@@ -32,15 +32,15 @@ from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener, Co
 from kafka.future import Future
 from kafka.structs import ConsumerGroupMetadata, MemberState, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
+from ..base._clients import admin_config
+from ..base._errors import FatalPolicy
 from ..consumer._client import group_generation
 from ..consumer._facade import SafeConsumer, delivery_stats
 from ..consumer._join_gate import MIGRATION_TIMEOUT
 from ..consumer._keepalive import KeepaliveMode
-from ..consumer._lifecycle import FatalPolicy
 from ..consumer._pause import PauseState
 from ..consumer._port import port_of
 from ..consumer._retry import CommitRetry
-from ..health._explainer import admin_config
 from ..poison._policy import DeadLetterError, PoisonPolicy
 from ._config import judge
 from ._convert import deserializer, kafka_error, record, to_confluent, to_kafka

@@ -20,7 +20,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.serializer.wrapper import DeserializeWrapper
 from kafka.structs import TopicPartition
 
-from .._errors import AuthenticationFailedError, ConsumerClosedError, FatalConsumerError, GroupMaxSizeReachedError
+from ..base._errors import AuthenticationFailedError, ConsumerClosedError, FatalConsumerError, GroupMaxSizeReachedError
 
 __all__ = ["Deserialize", "deserializer", "kafka_error", "record", "to_confluent", "to_kafka"]
 

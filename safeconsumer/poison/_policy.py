@@ -59,7 +59,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from .._errors import FatalConsumerError, SafeConsumerError
+from ..base._errors import FatalConsumerError, SafeConsumerError
 from ._retries import Plan, RetryBounds, asked
 
 logger = logging.getLogger("safeconsumer")

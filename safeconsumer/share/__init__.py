@@ -13,9 +13,9 @@
 
 from __future__ import annotations
 
+from ..group._share import GroupSettings
 from ._consumer import TESTED_WITH, SafeShareConsumer
 from ._deserializing import SafeDeserializingShareConsumer
-from ._group import GroupSettings
 from ._overruns import LockExpiredError
 
 __all__ = ["TESTED_WITH", "GroupSettings", "LockExpiredError", "SafeDeserializingShareConsumer", "SafeShareConsumer"]

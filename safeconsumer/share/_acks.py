@@ -22,9 +22,9 @@ from typing import cast
 
 from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaException, Message, ShareConsumer
 
+from ..group._share import GroupLook
 from ..poison._retries import RetryBounds
 from ._batch import Batch, is_record
-from ._group import GroupLook
 from ._overruns import Overruns
 from ._telemetry import ShareTelemetry
 

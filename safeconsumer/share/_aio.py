@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Message
 
-from .._loop import AsyncKeepalive, on_loop, on_loop_conf, own_executor, shut_down
+from ..base._loop import AsyncKeepalive, on_loop, on_loop_conf, own_executor, shut_down
 from ._consumer import SafeShareConsumer
 from ._port import port_of
 

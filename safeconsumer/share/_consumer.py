@@ -65,26 +65,27 @@ from confluent_kafka import (
     ShareConsumer,
 )
 
-from .._errors import (
+from ..base._clients import HELPER_LOG, admin_config
+from ..base._errors import (
     EXIT_FATAL,
     EXIT_GROUP_MAX_SIZE,
     FatalConsumerError,
+    FatalPolicy,
     GroupMaxSizeReachedError,
     consumer_closed,
     error_of,
+    exit_process,
     is_group_max_size,
 )
-from ..consumer._lifecycle import FatalPolicy, exit_process
-from ..health._explainer import HELPER_LOG, admin_config
+from ..group._share import STARTS, GroupLook, GroupSettings, Start
 from ..poison._policy import DeadLetter, PoisonHandler, check_policy
 from ._acks import Acknowledgements, LockBounds
 from ._batch import RELEASE_AT, WATCH, Batch, SafeMessages, taken_records
-from ._dlq import BrokerAwareWriter
-from ._group import STARTS, GroupLook, GroupSettings, Start
 from ._overruns import Overruns
 from ._pause import PauseMarks
 from ._port import Before, SharePort, register
 from ._telemetry import ShareTelemetry
+from ._writer import BrokerAwareWriter
 
 logger = logging.getLogger("safeconsumer")
 

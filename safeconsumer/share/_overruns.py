@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from .._errors import SafeConsumerError, error_of
+from ..base._errors import SafeConsumerError, error_of
 from ._telemetry import ShareTelemetry
 
 logger = logging.getLogger("safeconsumer")

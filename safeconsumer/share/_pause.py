@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..consumer._pause import parse_topic_entries
+from ..base._topics import parse_topic_entries
 
 
 class PauseMarks:

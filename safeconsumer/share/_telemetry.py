@@ -1,9 +1,9 @@
 """A share consumer's OpenTelemetry metrics, built when OpenTelemetry is loaded in the process.
 
-As :mod:`safeconsumer._telemetry` does for SafeConsumer: nothing is imported or called until
+As :mod:`safeconsumer.base._telemetry` does for SafeConsumer: nothing is imported or called until
 ``opentelemetry`` is in ``sys.modules`` (the application imported the API, or passed a provider).
 The ``process <topic>`` span (:meth:`ShareTelemetry.process`) and the poison counter are the
-consumer's (:class:`safeconsumer._telemetry.LazyTelemetry`); these are the share group's own:
+consumer's (:class:`safeconsumer.base._telemetry.LazyTelemetry`); these are the share group's own:
 
 - ``safeconsumer.share.acknowledgements`` {record}: acknowledgements this consumer sent, by
   ``safeconsumer.acknowledgement.type`` (accept, release, reject);
@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .._telemetry import LazyTelemetry
+from ..base._telemetry import LazyTelemetry
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider

@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import Message
 
-from .._errors import SafeConsumerError
+from ..base._errors import SafeConsumerError
 
 logger = logging.getLogger("safeconsumer")
 

@@ -11,12 +11,11 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
-from .._errors import FatalConsumerError
-from .._keys import Key, key_of
+from ..base._clients import HELPER_LOG, redact_config
+from ..base._errors import FatalConsumerError
+from ..base._keys import Key, key_of
 from ..consumer._client import group_generation
-from ..consumer._config import redact_config
 from ..consumer._facade import SafeConsumer, delivery_stats
-from ..health._explainer import HELPER_LOG
 from ..poison._policy import DeadLetter, Skip
 from ._common import Sink, check_bounds, check_common, partition_id, report, summed
 

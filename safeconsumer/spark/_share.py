@@ -18,13 +18,12 @@ from typing import Any
 from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Message
 from confluent_kafka.admin import AdminClient
 
-from .._errors import FatalConsumerError, error_of
-from .._keys import Key, key_of
-from ..consumer._config import redact_config
-from ..health._explainer import HELPER_LOG, admin_config
+from ..base._clients import HELPER_LOG, admin_config, redact_config
+from ..base._errors import FatalConsumerError, error_of
+from ..base._keys import Key, key_of
+from ..group._share import watermarks
 from ..poison._policy import DeadLetter, Skip
 from ..share._consumer import MODE_KEY, SafeShareConsumer
-from ..share._group import watermarks
 from ._common import Sink, check_bounds, check_common, report, summed
 
 logger = logging.getLogger("safeconsumer")

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from safeconsumer import SafeConsumer
-from safeconsumer.health._memory import FetchLimits, estimate
+from safeconsumer.group._memory import FetchLimits, estimate
 
 
 def rss() -> int:

@@ -12,8 +12,9 @@ import signal
 import pytest
 from confluent_kafka import Consumer
 
-from safeconsumer.health._describe_process import DescribeProcess
-from safeconsumer.health._explainer import HELPER_LOG, admin_config, view_of
+from safeconsumer.base._clients import HELPER_LOG, admin_config
+from safeconsumer.group._describe_process import DescribeProcess
+from safeconsumer.group._explainer import view_of
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 

@@ -28,7 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from safeconsumer.health._explainer import HELPER_LOG
+from safeconsumer.base._clients import HELPER_LOG
 from safeconsumer.testing import Broker, KafkaTestKit, wait_until
 
 from ..support import Received, pump, set_group_config

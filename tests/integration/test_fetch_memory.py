@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from safeconsumer import SafeConsumer
-from safeconsumer._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
-from safeconsumer.health._memory import FetchLimits, ProcessFetchMemory, estimate
+from safeconsumer.base._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
+from safeconsumer.group._memory import FetchLimits, ProcessFetchMemory, estimate
 from safeconsumer.testing import KafkaTestKit, Protocol
 
 from ..support import Received, checked_pump
@@ -54,7 +54,7 @@ def test_estimate_bounds_the_measured_rss_growth(kafka: KafkaTestKit) -> None:
 @pytest.fixture(autouse=True)
 def _own_process_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """The budget counts every SafeConsumer of the process: here only this test's."""
-    monkeypatch.setattr("safeconsumer.health._memory.PROCESS", ProcessFetchMemory())
+    monkeypatch.setattr("safeconsumer.group._memory.PROCESS", ProcessFetchMemory())
 
 
 SMALL = {"queued.max.messages.kbytes": 1024, "queued.min.messages": 1000, "max.partition.fetch.bytes": 65536}

@@ -1,5 +1,5 @@
 """OpenTelemetry is loaded only by applications that use it, and an SDK installed after the
-consumer was created still gets its metrics (safeconsumer._telemetry)."""
+consumer was created still gets its metrics (safeconsumer.base._telemetry)."""
 
 from __future__ import annotations
 

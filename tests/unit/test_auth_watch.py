@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from safeconsumer import AuthenticationFailedError, FatalConsumerError
-from safeconsumer._errors import auth_failed, is_auth_failure
+from safeconsumer.base._errors import auth_failed, is_auth_failure
 from safeconsumer.consumer._auth import AuthWatch, ErrorTap
 
 

@@ -14,8 +14,8 @@ import signal
 
 import pytest
 
-from safeconsumer.health._describe_process import DescribeProcess, portable
-from safeconsumer.health._explainer import HELPER_LOG, admin_config
+from safeconsumer.base._clients import HELPER_LOG, admin_config
+from safeconsumer.group._describe_process import DescribeProcess, portable
 from safeconsumer.testing import wait_until
 
 NOWHERE = {"bootstrap.servers": "127.0.0.1:1", "reconnect.backoff.ms": 10}

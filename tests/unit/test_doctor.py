@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from safeconsumer.health._memory import FetchLimits
+from safeconsumer.group._memory import FetchLimits
 from safeconsumer.health.doctor import (
     SCHEMA,
     MemberReport,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from safeconsumer.group._wire import Reader, Scram, Settings, Unsupported, WireError, Writer, _finalized_features
 from safeconsumer.health._share_check import progress, render_share, share_findings
 from safeconsumer.health._share_look import ShareGroup, ShareMember, SharePartition
 from safeconsumer.health._share_state import SNAPSHOT_SEEN, parse_update
-from safeconsumer.health._wire import Reader, Scram, Settings, Unsupported, WireError, Writer, _finalized_features
 from safeconsumer.health.dead_letters import DeadRecord, _mark_processed, _render, _view
 
 

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from safeconsumer import FatalConsumerError, GroupMaxSizeReachedError, GroupMigrationError
-from safeconsumer._errors import classify
+from safeconsumer.base._errors import classify
 from safeconsumer.consumer._client import RawClient
 
 
@@ -97,7 +97,7 @@ def test_a_fatal_error_without_a_kafka_error_reads_as_its_message() -> None:
 
 def test_a_note_never_changes_args_or_str() -> None:
     """SPEC: exactly upstream's ``args``; safeconsumer's detail is a PEP 678 note."""
-    from safeconsumer._errors import consumer_closed, with_note
+    from safeconsumer.base._errors import consumer_closed, with_note
 
     closed = consumer_closed(("Consumer closed",), "SafeConsumer for group 'g' is closed: cannot call memberid()")
     assert isinstance(closed, RuntimeError)

@@ -7,15 +7,8 @@ import logging
 import pytest
 
 from safeconsumer import SafeConsumer
-from safeconsumer._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
-from safeconsumer.health._memory import (
-    FIXED,
-    RECORD_OVERHEAD,
-    FetchLimits,
-    ProcessFetchMemory,
-    estimate,
-    parse_budget,
-)
+from safeconsumer.base._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
+from safeconsumer.group._memory import FIXED, RECORD_OVERHEAD, FetchLimits, ProcessFetchMemory, estimate, parse_budget
 
 MiB = 1 << 20
 

@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException, Message
 from confluent_kafka.admin import AdminClient
 
 from safeconsumer import DeadLetter
-from safeconsumer.health._explainer import admin_config
+from safeconsumer.base._clients import admin_config
 from safeconsumer.health.dead_letters import CannotRead, DeadRecord, read_dead_letters, replay
 from safeconsumer.health.doctor import CannotConnect, diagnose
 from safeconsumer.poison._policy import DeadLetterWriter

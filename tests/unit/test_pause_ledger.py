@@ -7,7 +7,8 @@ import re
 import pytest
 
 from safeconsumer import InvalidPauseRequest
-from safeconsumer.consumer._pause import PauseLedger, parse_topic_entries, subscription_can_match
+from safeconsumer.base._topics import parse_topic_entries
+from safeconsumer.consumer._pause import PauseLedger, subscription_can_match
 
 ASSIGNED = [("orders", 0), ("orders", 1), ("orders-eu", 0), ("audit", 0)]
 

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, Message
 
 from safeconsumer import DeadLetter, PoisonLimitError, Skip
-from safeconsumer._errors import FatalConsumerError
+from safeconsumer.base._errors import FatalConsumerError
 from safeconsumer.poison._policy import DeadLetterWriter, PoisonHandler
 from safeconsumer.poison._retries import PartitionBounds
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from safeconsumer.health._explainer import HELPER_LOG, GroupView, Member, RebalanceExplainer, admin_config
+from safeconsumer.base._clients import HELPER_LOG, admin_config
+from safeconsumer.group._explainer import GroupView, Member, RebalanceExplainer
 from safeconsumer.testing import wait_until
 
 

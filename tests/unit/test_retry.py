@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from safeconsumer import CommitRetry
-from safeconsumer._errors import is_retriable_commit_error
+from safeconsumer.base._errors import is_retriable_commit_error
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""GroupLook (share/_group.py) when the group's settings cannot be read, and the broker DLQ's state."""
+"""GroupLook (group/_share.py) when the group's settings cannot be read, and the broker DLQ's state."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from safeconsumer.share import _group
-from safeconsumer.share._dlq import BrokerDlq
-from safeconsumer.share._group import REFRESH_EVERY, RETRY_AFTER, GroupLook, GroupSettings
+from safeconsumer.group import _share as _group
+from safeconsumer.group._dlq import BrokerDlq
+from safeconsumer.group._share import REFRESH_EVERY, RETRY_AFTER, GroupLook, GroupSettings
 
 
 def test_a_failed_read_is_retried_within_seconds_and_copies_from_the_second_delivery(
@@ -25,7 +25,7 @@ def test_a_failed_read_is_retried_within_seconds_and_copies_from_the_second_deli
         raise RuntimeError("Timed out waiting for controller")
 
     monkeypatch.setattr(_group, "read_settings", failing)
-    monkeypatch.setattr("safeconsumer.share._group.threading.Thread", _Inline)
+    monkeypatch.setattr("safeconsumer.group._share.threading.Thread", _Inline)
     look.read()
     assert not look.known and look.settings == GroupSettings()
     assert look.copy_from == 2, "unknown limit: a copy too many, never an archive without one"

@@ -25,7 +25,11 @@ judges before librdkafka does), ``args`` are exactly upstream's (upstream's own 
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import logging
+import os
+import sys
+import threading
+from typing import Any, Literal, NoReturn, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -338,3 +342,17 @@ def is_retriable_commit_error(error: KafkaError | None) -> bool:
 def error_type(error: KafkaError | None, fallback: Exception) -> str:
     """The ``error.type`` of telemetry: librdkafka's name of the error code, else the exception class."""
     return error.name() if error is not None else type(fallback).__name__
+
+
+#: What a consumer does on a fatal error: raise it from the next call, or end the process.
+FatalPolicy = Literal["raise", "exit"]
+
+
+def exit_process(status: int) -> NoReturn:
+    """End the process now, from any thread: a fatal error must not be retried into the broker."""
+    for handler in logging.getLogger().handlers + logging.getLogger("safeconsumer").handlers:
+        handler.flush()
+    sys.stderr.flush()
+    if threading.current_thread() is threading.main_thread():
+        raise SystemExit(status)
+    os._exit(status)  # a background thread: SystemExit would end only this thread

@@ -28,8 +28,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, TracerProvider
 
-    from .consumer._partitions import PartitionTable
-    from .otel import Telemetry
+    from ._otel import Counters, Telemetry
 
 __all__ = ["LazyTelemetry"]
 
@@ -54,7 +53,7 @@ class LazyTelemetry:
         self._group_id = group_id
         self._meter_provider = meter_provider
         self._tracer_provider = tracer_provider
-        self._table: PartitionTable | None = None
+        self._table: Counters | None = None
         self._real: Telemetry | None = None
         self.wake()
 
@@ -62,7 +61,7 @@ class LazyTelemetry:
         """The real telemetry, built now if OpenTelemetry is loaded (``force``: loading it)."""
         real = self._real
         if real is None and (force or "opentelemetry" in sys.modules):
-            from .otel import Telemetry
+            from ._otel import Telemetry
 
             real = self._real = Telemetry(
                 self._group_id, meter_provider=self._meter_provider, tracer_provider=self._tracer_provider
@@ -72,7 +71,7 @@ class LazyTelemetry:
             self._table = None
         return real
 
-    def bind(self, table: PartitionTable) -> None:
+    def bind(self, table: Counters) -> None:
         real = self.wake()
         if real is not None:
             real.bind(table)

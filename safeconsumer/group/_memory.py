@@ -18,9 +18,9 @@ consumer, before each fetch). So at worst a consumer holds:
   ``queued.min.messages`` queued records plus the in-flight responses' records, assumed to
   average at least :data:`RECORD_BYTES_ASSUMED` on the wire;
 - **read-ahead**: the records safeconsumer has read from librdkafka and not yet handed out, as
-  Python objects: at most :data:`safeconsumer._keys.READ_AHEAD` of them, read a chunk at a time
-  while their values total less than :data:`safeconsumer._keys.READ_AHEAD_BYTES`; the last chunk
-  (:data:`safeconsumer._keys.READ_CHUNK` records, judged by the ones before it) may be of the
+  Python objects: at most :data:`safeconsumer.base._keys.READ_AHEAD` of them, read a chunk at a time
+  while their values total less than :data:`safeconsumer.base._keys.READ_AHEAD_BYTES`; the last chunk
+  (:data:`safeconsumer.base._keys.READ_CHUNK` records, judged by the ones before it) may be of the
   largest records, so that is what is counted on top;
 - **fixed**: threads, connection buffers and allocator slack, :data:`FIXED` per consumer
   (measured here: 4.4 MB for the first consumer of a process, about 0.6 MB for each further
@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
+from ..base._keys import READ_AHEAD, READ_AHEAD_BYTES, READ_CHUNK
 
 #: librdkafka's memory per fetched record beyond its value (measured about 340 bytes).
 RECORD_OVERHEAD = 384

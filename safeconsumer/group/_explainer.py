@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import KafkaError
 
+from ..base._clients import HELPER_LOG, admin_config
 from ._describe_process import DescribeProcess, description_fields, enum_name
 
 if TYPE_CHECKING:
-    from .._telemetry import LazyTelemetry
+    from ..base._telemetry import LazyTelemetry
 
 logger = logging.getLogger("safeconsumer")
 
@@ -57,27 +58,6 @@ FENCED_CODES = frozenset(
         KafkaError.FENCED_MEMBER_EPOCH,
         KafkaError._FENCED,
     }
-)
-
-#: Consumer settings an admin client of the same cluster needs (connection and security).
-_ADMIN_PREFIXES = (
-    "bootstrap.servers",
-    "security.protocol",
-    "sasl.",
-    "ssl.",
-    "ssl_key",
-    "socket.",
-    "broker.address.",
-    "client.dns.lookup",
-    "client.rack",
-    "enable.ssl.",
-    "enable.sasl.",
-    "https.",
-    "oauth_cb",
-    "reconnect.backoff",
-    "retry.backoff",
-    "api.version.",
-    "broker.version.fallback",
 )
 
 
@@ -148,27 +128,6 @@ class GroupView:
         if self.owning is None or (self.state.upper() in ("STABLE", "EMPTY") and not later):
             return dict(self.members)
         return {k: m for k, m in self.members.items() if k == me or k in self.owning}
-
-
-#: Where librdkafka's log lines of the helper clients safeconsumer creates for itself go.
-HELPER_LOG = logging.getLogger("safeconsumer.librdkafka")
-
-
-def admin_config(config: Mapping[str, Any], role: str = "health") -> dict[str, Any]:
-    """The part of a consumer config an admin client of the same cluster takes (security,
-    addressing), with ``client.id`` ``<the consumer's>-<role>``.
-
-    A helper client of ours does not push client metrics to the broker (KIP-714,
-    ``enable.metrics.push``): it is not the application's client, and the subscription request
-    it would make at connect, with the state kept for it, cost about 0.2 MiB per helper here.
-    Its librdkafka log lines go to the ``safeconsumer.librdkafka`` logger, never to stderr (without
-    a ``logger`` librdkafka prints them there itself)."""
-    conf = {k: v for k, v in config.items() if k.startswith(_ADMIN_PREFIXES)}
-    client_id = config.get("client.id")
-    conf["client.id"] = f"{client_id or 'safeconsumer'}-{role}"
-    conf["enable.metrics.push"] = False
-    conf["logger"] = HELPER_LOG
-    return conf
 
 
 def describe_group(admin: Any, group_id: str, timeout: float) -> Any:

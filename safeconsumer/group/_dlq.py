@@ -19,14 +19,11 @@ archived without a copy. So a consumer checks each of these before it relies on 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
-
-from ..poison._policy import BROKER_HEADER_PREFIX, DeadLetter, DeadLetterWriter
 
 logger = logging.getLogger("safeconsumer")
 
@@ -42,7 +39,7 @@ DLQ_AUTO_CREATE = "errors.deadletterqueue.auto.create.topics.enable"
 SHARE_VERSION = "share.version"
 DLQ_SHARE_VERSION = 2
 
-__all__ = ["BROKER_HEADER_PREFIX", "BrokerAwareWriter", "BrokerDlq", "check_broker_dlq", "set_group_dlq"]
+__all__ = ["BrokerDlq", "check_broker_dlq", "set_group_dlq"]
 
 
 @dataclass(frozen=True)
@@ -154,7 +151,7 @@ def set_group_dlq(admin: AdminClient, group: str, topic: str, timeout: float) ->
 def share_version(connection: Mapping[str, Any], timeout: float) -> int | None:
     """The cluster's finalized ``share.version`` (0 when it has none); None when it cannot be read
     (a security setting the protocol client does not speak, or no broker answers)."""
-    from ..health._wire import Settings, WireError, bootstrap
+    from ._wire import Settings, WireError, bootstrap
 
     try:
         settings = Settings.from_config(connection)
@@ -163,20 +160,3 @@ def share_version(connection: Mapping[str, Any], timeout: float) -> int | None:
     except (WireError, OSError) as exc:
         logger.debug("could not read the cluster's feature levels: %s", exc)
         return None
-
-
-class BrokerAwareWriter(DeadLetterWriter):
-    """A share consumer's dead-letter writer: while the broker writes the copies (``broker_copies()``:
-    the group's DLQ is the policy's topic and usable) it writes nothing, the record's REJECT that
-    follows has the broker copy it; otherwise it writes its own, as :class:`DeadLetterWriter`."""
-
-    def __init__(self, group_id: str, connection: Mapping[str, Any], broker_copies: Callable[[], bool]) -> None:
-        super().__init__(group_id, connection)
-        self._broker_copies = broker_copies
-
-    def write_all(
-        self, policy: DeadLetter, records: list[tuple[Message, Exception, int]], stage: str
-    ) -> list[tuple[Message, Exception]]:
-        if self._broker_copies():
-            return []
-        return super().write_all(policy, records, stage)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .._version import __version__
+from ..base._version import __version__
 
 _T = TypeVar("_T")
 
