@@ -30,7 +30,8 @@ from confluent_kafka import Consumer, KafkaException
 
 from ..base._clients import admin_config
 from ..base._errors import FatalPolicy
-from ..group._explainer import GroupDescriber, RebalanceExplainer
+from ..group._describe import GroupDescriber
+from ..group._explainer import RebalanceExplainer
 from ..group._memory import ConsumerBudget, parse_budget
 from ..poison._policy import DeadLetterWriter, PoisonHandler, PoisonPolicy, check_policy
 from ..poison._retries import PartitionBounds

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..base._errors import MIGRATION_REMEDY
-from ..group._explainer import GroupView
+from ..group._describe import GroupView
 
 logger = logging.getLogger("safeconsumer")
 

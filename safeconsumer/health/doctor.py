@@ -70,8 +70,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from ..base._clients import HELPER_LOG, admin_config
 from ..base._errors import is_auth_failure
+from ..group._describe import describe_group
 from ..group._describe_process import enum_name
-from ..group._explainer import describe_group
 from ..group._memory import FetchEstimate, FetchLimits, estimate, mib
 from ..group._wire import NotOffered, WireError
 from . import dead_letters

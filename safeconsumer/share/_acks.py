@@ -22,11 +22,15 @@ from typing import cast
 
 from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaException, Message, ShareConsumer
 
+from ..base._errors import FatalConsumerError, consumer_closed
 from ..group._share import GroupLook
+from ..poison._policy import DeadLetterWriter, PoisonHandler, PoisonPolicy
 from ..poison._retries import RetryBounds
 from ._batch import Batch, is_record
 from ._overruns import Overruns
+from ._port import Before
 from ._telemetry import ShareTelemetry
+from ._upstream import call
 
 logger = logging.getLogger("safeconsumer")
 
@@ -57,6 +61,57 @@ class Acknowledgements(ShareConsumer):
     _in_handle: int
     #: Records given back before their locks ran out because the application had not reached them.
     released_early: int
+    _poison: PoisonHandler
+    #: The fatal error that ended the consumer: every later call raises it.
+    _fatal: FatalConsumerError | None
+
+    # -- a record in handle() (and SafeAIOShareConsumer's): acknowledged when its handler is done --
+    def _handling(self, message: Message) -> Before:
+        """Before a handler runs on ``message`` (``handle()``, and SafeAIOShareConsumer's): it is in the
+        application's hands; what the watch cut is given back, and the batch is cut if its time came.
+        Returns the policy's counters and the time, for :meth:`_handled`."""
+        if self._fatal is not None:
+            raise self._fatal
+        self._check_open("handle")
+        batch = self._batch
+        if batch is not None:
+            batch.handled.add(id(message))
+            self._flush_pending(batch)
+            if time.monotonic() >= batch.release_at:
+                batch.cut()
+                self._flush_pending(batch)
+        self._in_handle += 1
+        return (self._poison.skipped, self._poison.dead_lettered, time.monotonic(), batch)
+
+    def _handled(self, message: Message, before: Before, *, failed: bool) -> None:
+        """After the handler: a record the policy skipped or dead-lettered is rejected (whatever came
+        after); what the handler finished is accepted now, in either mode (``handle()`` returning is
+        the application coming back after that record), and sent at once past the batch's release
+        point; one whose handler raised (or was cancelled) and that the policy did not settle is
+        released. A record of an earlier batch is left as that batch left it."""
+        with self._lock:  # a send of the watch's under way ends first (see _flush_from_watch)
+            self._in_handle = max(0, self._in_handle - 1)
+        batch = before[3]
+        if batch is None or batch is not self._batch:  # a record of an earlier batch: settled with it
+            return
+        batch.busy += time.monotonic() - before[2]
+        batch.handles += 1
+        if (self._poison.skipped, self._poison.dead_lettered) != before[:2]:
+            self._settle(message, AcknowledgeType.REJECT)  # settled already (the policy's hook), unless closed
+        elif failed:
+            self._settle(message, AcknowledgeType.RELEASE)
+        else:
+            self._settle(message, AcknowledgeType.ACCEPT)
+        if time.monotonic() >= batch.release_at:
+            self._send_now()
+
+    def _check_open(self, method: str) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        if self._closed:
+            raise consumer_closed((f"{method}() on a closed SafeShareConsumer",), "the consumer was closed")
+
+    # -- sending -----------------------------------------------------------------------------
 
     def _settle(self, message: Message, ack_type: AcknowledgeType) -> None:
         """Acknowledge one record for the application (``ack_type``), once."""
@@ -256,6 +311,27 @@ class Acknowledgements(ShareConsumer):
         """Whether the poison policy may retry ``message`` after ``wait`` seconds (see :meth:`Batch.fits`)."""
         batch = self._batch
         return batch is not None and not self._closed and batch.fits(wait, attempt)
+
+    def _poison_handler(self, policy: PoisonPolicy | None, writer: DeadLetterWriter) -> PoisonHandler:
+        """The poison policy at work for this consumer: a failed record goes back (RELEASE) or is rejected
+        through the consumer's own acknowledgements, its retries bounded by the batch's locks."""
+        me = weakref.ref(self)
+        return PoisonHandler(
+            policy,
+            group_id=self._group,
+            writer=writer,
+            # Weak: the consumer is destroyed when the application drops it (S8), not by the collector.
+            give_back=lambda message: call(me, "_settle", message, AcknowledgeType.RELEASE),
+            keepalive=lambda: call(me, "keepalive"),
+            fail=lambda fatal, error: call(me, "_fail", fatal, error),
+            counted=self._telemetry.poisoned,
+            bounds=LockBounds(
+                may_retry=weakref.WeakMethod(self._may_retry),
+                release=weakref.WeakMethod(self._release_for_redelivery),
+                send=weakref.WeakMethod(self._send_now),
+                reject=weakref.WeakMethod(self._settle),
+            ),
+        )
 
 
 class LockBounds(RetryBounds):

@@ -9,16 +9,17 @@
   consumer starts itself, from the watch at the batch's release point, past it at each
   ``handle()``); what it finished stays accepted whatever ends the batch.
 - **S3 lock-aware long work.** The consumer reads the group's lock duration
-  (``share.record.lock.duration.ms``) at subscribe and every ``REFRESH_EVERY`` seconds (:mod:`._group`). Records
-  the application has not reached (the batch's iterator did not hand them out yet, ``handle()`` did
-  not run on them) are released once the batch has held its locks for :data:`RELEASE_AT` of the
-  lock: when the iterator asks for the next record, when ``handle()`` starts one, and from the
-  ``keepalive()`` block's timer. A record acknowledged after its lock ran out is one WARNING per
-  batch, counted in ``lock_overruns``, and ``commit_sync()`` answers :class:`LockExpiredError` for its
-  partition where upstream answers success. Past ``max.poll.interval.ms`` librdkafka takes the member
-  out of its group (its next ``poll()`` raises upstream's ``_MAX_POLL_EXCEEDED``, the one after
-  rejoins): records not reached go back at :data:`RELEASE_AT` of that interval when it is shorter
-  than the lock, the acknowledgements already made are sent, and one WARNING says what happened.
+  (``share.record.lock.duration.ms``) at subscribe and every ``REFRESH_EVERY`` seconds
+  (:mod:`safeconsumer.group._share`). Records the application has not reached (the batch's iterator
+  did not hand them out yet, ``handle()`` did not run on them) are released once the batch has held
+  its locks for :data:`RELEASE_AT` of the lock: when the iterator asks for the next record, when
+  ``handle()`` starts one, and from the ``keepalive()`` block's timer. A record acknowledged after
+  its lock ran out is one WARNING per batch, counted in ``lock_overruns``, and ``commit_sync()``
+  answers :class:`LockExpiredError` for its partition where upstream answers success. Past
+  ``max.poll.interval.ms`` librdkafka takes the member out of its group (its next ``poll()`` raises
+  upstream's ``_MAX_POLL_EXCEEDED``, the one after rejoins): records not reached go back at
+  :data:`RELEASE_AT` of that interval when it is shorter than the lock, the acknowledgements already
+  made are sent, and one WARNING says what happened.
 - **S4 never archived without a trace.** ``poison=Skip()`` rejects a record whose ``handle()`` failed
   (a WARNING, counted); ``poison=DeadLetter(...)`` writes it to the dead-letter topic and only then
   rejects it. A record handed out on its last delivery (its delivery count reached the group's
@@ -57,7 +58,6 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from confluent_kafka import (
-    AcknowledgeType,
     ConcurrentModificationException,
     KafkaError,
     KafkaException,
@@ -65,43 +65,34 @@ from confluent_kafka import (
     ShareConsumer,
 )
 
-from ..base._clients import HELPER_LOG, admin_config
+from ..base._clients import admin_config
 from ..base._errors import (
     EXIT_FATAL,
     EXIT_GROUP_MAX_SIZE,
     FatalConsumerError,
     FatalPolicy,
     GroupMaxSizeReachedError,
-    consumer_closed,
     error_of,
     exit_process,
-    is_group_max_size,
 )
 from ..group._share import STARTS, GroupLook, GroupSettings, Start
 from ..poison._policy import DeadLetter, PoisonHandler, check_policy
-from ._acks import Acknowledgements, LockBounds
-from ._batch import RELEASE_AT, WATCH, Batch, SafeMessages, taken_records
+from ._acks import Acknowledgements
+from ._batch import WATCH, Batch, SafeMessages, taken_records
+from ._fatal import fatal_of, say_left
+from ._last_delivery import copy_last_deliveries
 from ._overruns import Overruns
-from ._pause import PauseMarks
-from ._port import Before, SharePort, register
+from ._pause import PauseMarks, paused_wait
+from ._port import SharePort, register
 from ._telemetry import ShareTelemetry
+from ._upstream import MODE_KEY, call, implicit_oracle, say_preview, weak_method
 from ._writer import BrokerAwareWriter
 
 logger = logging.getLogger("safeconsumer")
 
 _T = TypeVar("_T")
 
-#: The longest a ``poll()`` waits while every subscribed topic is paused (seconds).
-PAUSED_POLL = 1.0
-
-#: Upstream's config key for the acknowledgement mode.
-MODE_KEY = "share.acknowledgement.mode"
-
 PartitionKey = tuple[str, int]
-
-
-class LastDelivery(Exception):
-    """Why a record on its last delivery is in the dead-letter topic (its ``exception.class`` header)."""
 
 
 def _start(value: object) -> Start | None:
@@ -110,29 +101,6 @@ def _start(value: object) -> Start | None:
     if not isinstance(value, str) or value not in STARTS:
         raise ValueError(f"start must be one of {', '.join(map(repr, STARTS))} or None, not {value!r}")
     return value
-
-
-_oracle: list[ShareConsumer] = []
-_oracle_lock = threading.Lock()
-
-
-def _implicit_oracle() -> ShareConsumer:
-    """An implicit-mode ``ShareConsumer`` that is never subscribed and reaches no cluster: asked
-    what upstream answers a call implicit mode refuses (its exact exception)."""
-    with _oracle_lock:
-        if not _oracle:
-            _oracle.append(
-                ShareConsumer(
-                    {
-                        "group.id": "safeconsumer-implicit-oracle",
-                        "bootstrap.servers": "127.0.0.1:1",
-                        "reconnect.backoff.ms": 60000,
-                        "reconnect.backoff.max.ms": 60000,
-                        "logger": HELPER_LOG,
-                    }
-                )
-            )
-        return _oracle[0]
 
 
 class SafeShareConsumer(Acknowledgements):
@@ -213,24 +181,8 @@ class SafeShareConsumer(Acknowledgements):
         self._overruns = Overruns(self._group, self._telemetry)
         look = self._look
         self._writer = BrokerAwareWriter(self._group, admin_config(conf, "dead-letters"), lambda: look.broker_copies)
-        telemetry = self._telemetry
         me = weakref.ref(self)
-        self._poison = PoisonHandler(
-            policy,
-            group_id=self._group,
-            writer=self._writer,
-            # Weak: the consumer is destroyed when the application drops it (S8), not by the collector.
-            give_back=lambda message: _call(me, "_settle", message, AcknowledgeType.RELEASE),
-            keepalive=lambda: _call(me, "keepalive"),
-            fail=lambda fatal, error: _call(me, "_fail", fatal, error),
-            counted=telemetry.poisoned,
-            bounds=LockBounds(
-                may_retry=weakref.WeakMethod(self._may_retry),
-                release=weakref.WeakMethod(self._release_for_redelivery),
-                send=weakref.WeakMethod(self._send_now),
-                reject=weakref.WeakMethod(self._settle),
-            ),
-        )
+        self._poison = self._poison_handler(policy, self._writer)
         register(
             self,
             SharePort(
@@ -242,15 +194,15 @@ class SafeShareConsumer(Acknowledgements):
             ),
         )
         #: What the watch calls at a batch's release point (one for every batch; weak, as above).
-        self._on_cut: Callable[[Batch], object] = lambda cut: _call(me, "_flush_from_watch", cut)
+        self._on_cut: Callable[[Batch], object] = lambda cut: call(me, "_flush_from_watch", cut)
         #: How many handle() calls are under way (SafeAIOShareConsumer may run several).
         self._in_handle = 0
         if self._implicit:  # weakly bound: no reference cycle keeps a dropped consumer (S8)
-            self.acknowledge = _weak_method(me, "_implicit_acknowledge")  # type: ignore[method-assign]
-            self.acknowledge_offset = _weak_method(me, "_implicit_acknowledge_offset")  # type: ignore[method-assign]
-        _say_preview()
+            self.acknowledge = weak_method(me, "_implicit_acknowledge")  # type: ignore[method-assign]
+            self.acknowledge_offset = weak_method(me, "_implicit_acknowledge_offset")  # type: ignore[method-assign]
+        say_preview()
 
-    # -- the group's settings (._group.GroupLook) -------------------------------------------
+    # -- the group's settings (group._share.GroupLook) -----------------------------------
     @property
     def group_settings(self) -> GroupSettings:
         """The share group's settings as last read (Kafka's defaults before the first read)."""
@@ -394,12 +346,12 @@ class SafeShareConsumer(Acknowledgements):
     def _implicit_acknowledge(self, message: Message, *args: Any, **kwargs: Any) -> None:
         if self._closed:
             ShareConsumer.acknowledge(self, message, *args, **kwargs)  # upstream's error for a closed consumer
-        _implicit_oracle().acknowledge(message, *args, **kwargs)  # raises upstream's implicit-mode error
+        implicit_oracle().acknowledge(message, *args, **kwargs)  # raises upstream's implicit-mode error
 
     def _implicit_acknowledge_offset(self, topic: str, partition: int, offset: int, *args: Any, **kwargs: Any) -> None:
         if self._closed:
             ShareConsumer.acknowledge_offset(self, topic, partition, offset, *args, **kwargs)
-        _implicit_oracle().acknowledge_offset(topic, partition, offset, *args, **kwargs)
+        implicit_oracle().acknowledge_offset(topic, partition, offset, *args, **kwargs)
 
     def commit_sync(self, *args: Any, **kwargs: Any) -> Any:
         self._enter()
@@ -427,7 +379,7 @@ class SafeShareConsumer(Acknowledgements):
 
     def _commit_async(self, *args: Any, **kwargs: Any) -> None:
         if args or kwargs:
-            _implicit_oracle().commit_async(*args, **kwargs)  # upstream's TypeError: it takes no arguments
+            implicit_oracle().commit_async(*args, **kwargs)  # upstream's TypeError: it takes no arguments
         if not self._closed:
             self._came_back(accept=self._implicit, committing=True)
         super().commit_async(*args, **kwargs)
@@ -476,45 +428,6 @@ class SafeShareConsumer(Acknowledgements):
         self._handled(message, before, failed=False)
         return result
 
-    def _handling(self, message: Message) -> Before:
-        """Before a handler runs on ``message`` (``handle()``, and SafeAIOShareConsumer's): it is in the
-        application's hands; what the watch cut is given back, and the batch is cut if its time came.
-        Returns the policy's counters and the time, for :meth:`_handled`."""
-        if self._fatal is not None:
-            raise self._fatal
-        self._check_open("handle")
-        batch = self._batch
-        if batch is not None:
-            batch.handled.add(id(message))
-            self._flush_pending(batch)
-            if time.monotonic() >= batch.release_at:
-                batch.cut()
-                self._flush_pending(batch)
-        self._in_handle += 1
-        return (self._poison.skipped, self._poison.dead_lettered, time.monotonic(), batch)
-
-    def _handled(self, message: Message, before: Before, *, failed: bool) -> None:
-        """After the handler: a record the policy skipped or dead-lettered is rejected (whatever came
-        after); what the handler finished is accepted now, in either mode (``handle()`` returning is
-        the application coming back after that record), and sent at once past the batch's release
-        point; one whose handler raised (or was cancelled) and that the policy did not settle is
-        released. A record of an earlier batch is left as that batch left it."""
-        with self._lock:  # a send of the watch's under way ends first (see _flush_from_watch)
-            self._in_handle = max(0, self._in_handle - 1)
-        batch = before[3]
-        if batch is None or batch is not self._batch:  # a record of an earlier batch: settled with it
-            return
-        batch.busy += time.monotonic() - before[2]
-        batch.handles += 1
-        if (self._poison.skipped, self._poison.dead_lettered) != before[:2]:
-            self._settle(message, AcknowledgeType.REJECT)  # settled already (the policy's hook), unless closed
-        elif failed:
-            self._settle(message, AcknowledgeType.RELEASE)
-        else:
-            self._settle(message, AcknowledgeType.ACCEPT)
-        if time.monotonic() >= batch.release_at:
-            self._send_now()
-
     def _process_span(self, message: Message) -> contextlib.AbstractContextManager[Any]:
         return self._telemetry.process(message)
 
@@ -550,7 +463,7 @@ class SafeShareConsumer(Acknowledgements):
         if batch is not None and len(batch.live) > batch.position():
             timer = threading.Timer(
                 max(0.0, batch.release_at - time.monotonic()),
-                _call,
+                call,
                 args=(weakref.ref(self), "_release_from_timer", batch),
             )
             timer.daemon = True
@@ -605,12 +518,6 @@ class SafeShareConsumer(Acknowledgements):
         return self._poison
 
     # -- pause (S6) -------------------------------------------------------------------------
-    def _check_open(self, method: str) -> None:
-        if self._fatal is not None:
-            raise self._fatal
-        if self._closed:
-            raise consumer_closed((f"{method}() on a closed SafeShareConsumer",), "the consumer was closed")
-
     def _effective(self) -> list[str]:
         return self._paused.effective(self._wanted or [])
 
@@ -623,16 +530,8 @@ class SafeShareConsumer(Acknowledgements):
         batch = self._batch
         if batch is not None:
             self._flush_pending(batch)
-            position = batch.position()
-            stopped = [
-                m
-                for m in batch.live[position:]
-                if id(m) not in batch.handled and not batch.is_settled(m) and self._paused.covers(str(m.topic()))
-            ]
+            stopped = self._paused.take_unreached(batch)
             if stopped:
-                with batch.lock:
-                    gone = {id(m) for m in stopped}
-                    batch.live[position:] = [m for m in batch.live[position:] if id(m) not in gone]
                 self._release(batch, stopped)
                 self._telemetry.released_early(len(stopped), "paused")
         self._resubscribe = True
@@ -650,9 +549,7 @@ class SafeShareConsumer(Acknowledgements):
             super().unsubscribe()
 
     def _paused_poll(self, *args: Any, **kwargs: Any) -> Any:
-        timeout = args[0] if args else kwargs.get("timeout", -1)
-        wait = PAUSED_POLL if not isinstance(timeout, int | float) or timeout < 0 else min(float(timeout), PAUSED_POLL)
-        time.sleep(wait)
+        time.sleep(paused_wait(args[0] if args else kwargs.get("timeout", -1)))
         self._batch = None
         return SafeMessages([], None)
 
@@ -665,38 +562,15 @@ class SafeShareConsumer(Acknowledgements):
             return
         with contextlib.suppress(KafkaException):
             super().commit_sync(10.0)
-        logger.warning(
-            "share group %r: this member left its group: %.1f s passed between two poll() calls, more than "
-            "max.poll.interval.ms (%d ms); it rejoins at the next poll(). The acknowledgements of what it was "
-            "handed are kept; the records it had not reached were given back at %d%% of that interval. A share "
-            "member cannot be kept in its group while the application works (a poll acquires records): raise "
-            "max.poll.interval.ms above the longest work, or poll more often",
-            self._group,
-            time.monotonic() - self._last_poll,
-            self._max_poll * 1000,
-            RELEASE_AT * 100,
-        )
+        say_left(self._group, time.monotonic() - self._last_poll, self._max_poll)
 
     def _maybe_fatal(self, error: KafkaError | None) -> None:
         """S7: a fatal client error from librdkafka ends the consumer (see :meth:`_fail`); other errors
         are left to the caller to raise."""
         if error is None:
             return
-        if is_group_max_size(error):
-            fatal: FatalConsumerError = GroupMaxSizeReachedError(
-                f"share group {self._group!r} is full: the broker refused this member because the group reached "
-                "group.share.max.size (a broker setting, 200 unless its operators set one); the consumer stopped "
-                "and closed, and what it held went back to the group. Run fewer members, or raise the limit.",
-                kafka_error=error,
-                group_id=self._group,
-            )
-        elif error.fatal():
-            fatal = FatalConsumerError(
-                f"fatal client error in share group {self._group!r}: {error.str()}; the consumer closed",
-                kafka_error=error,
-                group_id=self._group,
-            )
-        else:
+        fatal = fatal_of(error, self._group)
+        if fatal is None:
             return
         self._fail(fatal, error)
 
@@ -714,82 +588,5 @@ class SafeShareConsumer(Acknowledgements):
 
     def _last_deliveries(self, records: list[Message], policy: DeadLetter) -> None:
         """S4: records on their last delivery go to the dead-letter topic before the application sees
-        them, all of a batch in one round trip (the shorter the wait, the less a SIGKILL meanwhile takes)."""
-        limit = self._settings.delivery_limit
-        at = self._look.copy_from
-        last = [(m, count) for m in records if (count := m.delivery_count() or 0) >= at and m.error() is None]
-        if not last:
-            return
-        copies: list[tuple[Message, Exception, int]] = [
-            (
-                message,
-                LastDelivery(
-                    (
-                        f"delivery {count} of the group's limit of {limit}"
-                        if self._look.known
-                        else f"delivery {count}, the group's limit unknown yet (its settings could not be read)"
-                    )
-                    + ": the broker archives the record if it is not accepted now; written here before "
-                    "processing, so it may also have been processed"
-                ),
-                count,
-            )
-            for message, count in last
-        ]
-        try:
-            failed = self._writer.write_all(policy, copies, "last-delivery")
-        except Exception as exc:  # noqa: BLE001 - handed out all the same; a failure of handle() dead-letters it
-            failed = [(message, exc) for message, _count in last]
-        for message, why in failed:
-            logger.warning(
-                "could not copy %s [%s] at offset %s (its last delivery) to %r: %s",
-                message.topic(),
-                message.partition(),
-                message.offset(),
-                policy.topic,
-                why,
-            )
-
-
-def _weak_method(ref: weakref.ref[SafeShareConsumer], name: str) -> Callable[..., Any]:
-    """``name`` of the consumer ``ref`` points to, as an attribute of the consumer itself without a cycle."""
-
-    def method(*args: Any, **kwargs: Any) -> Any:
-        consumer = ref()
-        if consumer is None:
-            raise ReferenceError("the SafeShareConsumer is gone")
-        return getattr(consumer, name)(*args, **kwargs)
-
-    return method
-
-
-def _call(ref: weakref.ref[SafeShareConsumer], method: str, *args: Any, default: Any = None) -> Any:
-    """``method`` of the consumer ``ref`` points to, if it is still alive (else ``default``)."""
-    consumer = ref()
-    return default if consumer is None else getattr(consumer, method)(*args)
-
-
-#: The confluent-kafka releases SafeShareConsumer is tested with (upstream's share consumer is a
-#: Preview: its API may change in any release; the conformance suite catches it at the next upgrade).
-TESTED_WITH = ("2.16",)
-
-_said: list[bool] = []
-
-
-def _say_preview() -> None:
-    """Once per process: upstream's share consumer is a Preview (librdkafka logs it through the
-    application's client, which may print to stderr), and whether this release is one we test with."""
-    if _said:
-        return
-    _said.append(True)
-    from importlib.metadata import version
-
-    installed = version("confluent-kafka")
-    tested = installed.startswith(tuple(f"{v}." for v in TESTED_WITH))
-    logger.log(
-        logging.INFO if tested else logging.WARNING,
-        "confluent-kafka's ShareConsumer is a Preview: its API may change in any release; SafeShareConsumer is "
-        "tested with confluent-kafka %s (installed: %s)",
-        ", ".join(f"{v}.x" for v in TESTED_WITH),
-        installed,
-    )
+        them (see :func:`copy_last_deliveries`)."""
+        copy_last_deliveries(records, policy, self._look, self._writer)

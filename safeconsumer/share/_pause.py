@@ -10,7 +10,19 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from confluent_kafka import Message
+
 from ..base._topics import parse_topic_entries
+from ._batch import Batch
+
+#: The longest a ``poll()`` waits while every subscribed topic is paused (seconds).
+PAUSED_POLL = 1.0
+
+
+def paused_wait(timeout: object) -> float:
+    """How long a ``poll(timeout)`` waits while every subscribed topic is paused: its timeout, at most
+    :data:`PAUSED_POLL` (an infinite or odd one: that)."""
+    return PAUSED_POLL if not isinstance(timeout, int | float) or timeout < 0 else min(float(timeout), PAUSED_POLL)
 
 
 class PauseMarks:
@@ -43,3 +55,18 @@ class PauseMarks:
     def effective(self, wanted: Iterable[str]) -> list[str]:
         """Of ``wanted``, the topics no mark covers."""
         return [t for t in wanted if not self.covers(t)]
+
+    def take_unreached(self, batch: Batch) -> list[Message]:
+        """Take out of ``batch`` the records of a paused topic the application has not reached (not
+        handed out yet, settled neither, nor in ``handle()``), so no iterator hands them out; returns them."""
+        position = batch.position()
+        stopped = [
+            m
+            for m in batch.live[position:]
+            if id(m) not in batch.handled and not batch.is_settled(m) and self.covers(str(m.topic()))
+        ]
+        if stopped:
+            with batch.lock:
+                gone = {id(m) for m in stopped}
+                batch.live[position:] = [m for m in batch.live[position:] if id(m) not in gone]
+        return stopped

@@ -23,7 +23,8 @@ from ..base._errors import FatalConsumerError, error_of
 from ..base._keys import Key, key_of
 from ..group._share import watermarks
 from ..poison._policy import DeadLetter, Skip
-from ..share._consumer import MODE_KEY, SafeShareConsumer
+from ..share._consumer import SafeShareConsumer
+from ..share._upstream import MODE_KEY
 from ._common import Sink, check_bounds, check_common, report, summed
 
 logger = logging.getLogger("safeconsumer")

@@ -28,8 +28,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from ..group._describe import describe_group
 from ..group._describe_process import enum_name
-from ..group._explainer import describe_group
 
 T = TypeVar("T")
 

@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Consumer
 
 from safeconsumer.base._clients import HELPER_LOG, admin_config
+from safeconsumer.group._describe import view_of
 from safeconsumer.group._describe_process import DescribeProcess
-from safeconsumer.group._explainer import view_of
 from safeconsumer.testing import KafkaTestKit, Protocol, wait_until
 
 

@@ -23,8 +23,8 @@ import pytest
 from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 from confluent_kafka.admin import AdminClient
 
+from safeconsumer.group._describe import describe_group
 from safeconsumer.group._dlq import DLQ_SHARE_VERSION, share_version
-from safeconsumer.group._explainer import describe_group
 from safeconsumer.health._share_look import describe_share_group
 from safeconsumer.share import SafeShareConsumer
 from safeconsumer.testing import Broker, KafkaTestKit, wait_until

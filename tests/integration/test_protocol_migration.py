@@ -29,7 +29,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from safeconsumer import FatalConsumerError, GroupMigrationError, SafeConsumer
-from safeconsumer.group._explainer import GroupDescriber, GroupView
+from safeconsumer.group._describe import GroupDescriber, GroupView
 from safeconsumer.testing import Broker, KafkaTestKit, wait_until
 
 from ..support import Received, checked_poll, checked_pump, keys

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from safeconsumer.consumer._join_gate import MAX_REFUSALS, NO_ANSWER, JoinGate, judge
-from safeconsumer.group._explainer import GroupView, Member
+from safeconsumer.group._describe import GroupView, Member
 from safeconsumer.testing import wait_until
 
 

@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from safeconsumer.base._clients import HELPER_LOG, admin_config
-from safeconsumer.group._explainer import GroupView, Member, RebalanceExplainer
+from safeconsumer.group._describe import GroupView, Member
+from safeconsumer.group._explainer import RebalanceExplainer
 from safeconsumer.testing import wait_until
 
 
