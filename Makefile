@@ -60,17 +60,32 @@ docker-engine:
 ## make kafka-image: build a Kafka image without a registry (Debian packages + the resolved jars);
 ## an image already built from the same inputs is kept
 ## KAFKA_VERSION=4.3.1: the image (and make test-container) of another supported Kafka release
-KAFKA_VERSION ?= $(shell sed -n 's/^KAFKA_VERSION = "\(.*\)"$$/\1/p' safeconsumer/testing/_local.py)
+DEFAULT_KAFKA_VERSION := $(shell sed -n 's/^KAFKA_VERSION = "\(.*\)"$$/\1/p' safeconsumer/testing/_local.py)
+KAFKA_VERSION ?= $(DEFAULT_KAFKA_VERSION)
 LOCAL_IMAGE := safeconsumer/kafka:$(KAFKA_VERSION)-local
 KAFKA_IMAGE ?= $(LOCAL_IMAGE)
+# The other supported releases (tests marked kafka_versions run on them too), each with the
+# variable naming its image (SAFECONSUMER_KAFKA_IMAGE_4_3_1); test-container builds those unset.
+OTHER_KAFKA_VERSIONS := $(filter-out $(DEFAULT_KAFKA_VERSION),$(shell sed -n 's/^KAFKA_VERSIONS = (\(.*\))$$/\1/p' safeconsumer/testing/_local.py | tr -d '",'))
+image_var = SAFECONSUMER_KAFKA_IMAGE_$(subst .,_,$(1))
+UNNAMED_OTHER_VERSIONS = $(foreach v,$(OTHER_KAFKA_VERSIONS),$(if $($(call image_var,$(v))),,$(v)))
+OTHER_IMAGES = $(foreach v,$(UNNAMED_OTHER_VERSIONS),$(call image_var,$(v))=safeconsumer/kafka:$(v)-local)
 kafka-image: $(STAMP) docker-engine
 	PYTHON=$(PY) KAFKA_VERSION=$(KAFKA_VERSION) bash docker/kafka-local/build.sh $(KAFKA_IMAGE)
 
 ## make test-container: the broker-backed suites through the container path, on a Docker engine.
-## KAFKA_IMAGE=apache/kafka:<version> uses Apache's image where a registry is reachable (no build then).
+## With the default image it also builds the other supported releases' images (for the tests marked
+## kafka_versions) unless SAFECONSUMER_KAFKA_IMAGE_<version> names one.
+## KAFKA_IMAGE=apache/kafka:<version> uses Apache's images where a registry is reachable (no build then).
 test-container: $(STAMP) docker-engine
-	@if [ "$(KAFKA_IMAGE)" = "$(LOCAL_IMAGE)" ]; then $(MAKE) kafka-image; fi
+	@if [ "$(KAFKA_IMAGE)" = "$(LOCAL_IMAGE)" ]; then \
+		$(MAKE) kafka-image && \
+		for v in $(UNNAMED_OTHER_VERSIONS); do \
+			$(MAKE) kafka-image KAFKA_VERSION=$$v KAFKA_IMAGE=safeconsumer/kafka:$$v-local || exit 1; \
+		done; \
+	fi
 	SAFECONSUMER_BROKER=container SAFECONSUMER_KAFKA_IMAGE=$(KAFKA_IMAGE) \
+	$(if $(filter $(LOCAL_IMAGE),$(KAFKA_IMAGE)),$(OTHER_IMAGES)) \
 	TESTCONTAINERS_RYUK_DISABLED=$${TESTCONTAINERS_RYUK_DISABLED:-true} \
 	$(PY) -m pytest tests/container tests/integration tests/conformance $(PYTEST_ARGS)
 

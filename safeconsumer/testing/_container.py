@@ -30,12 +30,18 @@ _CONTROLLER_PORT = 9093
 _LOG_DIRS = "/tmp/kraft-combined-logs"
 
 
-def container_image(version: str = KAFKA_VERSION) -> str:
-    """The image the container path runs for Kafka ``version``: ``SAFECONSUMER_KAFKA_IMAGE`` (for
-    the default version; ``SAFECONSUMER_KAFKA_IMAGE_4_3_1`` names one for 4.3.1), else Apache's."""
+def image_variable(version: str = KAFKA_VERSION) -> str:
+    """The environment variable naming the image for Kafka ``version``: ``SAFECONSUMER_KAFKA_IMAGE``
+    for the default version, ``SAFECONSUMER_KAFKA_IMAGE_4_3_1`` for 4.3.1."""
     if version != KAFKA_VERSION:
-        return os.environ.get(f"SAFECONSUMER_KAFKA_IMAGE_{version.replace('.', '_')}") or f"apache/kafka:{version}"
-    return os.environ.get("SAFECONSUMER_KAFKA_IMAGE") or DEFAULT_IMAGE
+        return f"SAFECONSUMER_KAFKA_IMAGE_{version.replace('.', '_')}"
+    return "SAFECONSUMER_KAFKA_IMAGE"
+
+
+def container_image(version: str = KAFKA_VERSION) -> str:
+    """The image the container path runs for Kafka ``version``: the one :func:`image_variable` names,
+    else Apache's ``apache/kafka:<version>``."""
+    return os.environ.get(image_variable(version)) or f"apache/kafka:{version}"
 
 
 def docker_engine() -> str:
@@ -94,6 +100,7 @@ class ContainerBroker:
         self, overrides: Mapping[str, str] | None = None, *, image: str | None = None, version: str = KAFKA_VERSION
     ) -> None:
         self.overrides = dict(overrides or {})
+        self.version = version
         self.image = image or container_image(version)
         self._container: Any = None
         self.bootstrap_servers = ""
@@ -127,7 +134,7 @@ class ContainerBroker:
             raise BrokerStartError(
                 f"the Kafka container did not start: image {self.image!r} on the Docker engine at "
                 f"{docker_engine()}: {type(exc).__name__}: {exc}. Name another image with "
-                "SAFECONSUMER_KAFKA_IMAGE (it must honour apache/kafka's KAFKA_* environment), or run "
+                f"{image_variable(self.version)} (it must honour apache/kafka's KAFKA_* environment), or run "
                 "the broker from local jars with SAFECONSUMER_BROKER=local."
             ) from exc
         self._container = container

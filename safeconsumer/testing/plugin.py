@@ -184,8 +184,12 @@ def pytest_report_header(config: pytest.Config) -> str:
         kind = choose_kind()
     except BrokerStartError as exc:
         return f"safeconsumer.testing: Kafka broker source = none ({exc})"
-    image = f" ({container_image()})" if kind == "container" else ""
     fixed = _fixed_release()
+    image = (
+        " (" + ", ".join(f"{version}: {container_image(version)}" for version in KAFKA_VERSIONS) + ")"
+        if kind == "container"
+        else ""
+    )
     releases = (
         f"Kafka {fixed} only (SAFECONSUMER_KAFKA_VERSION; tests of other releases deselected)"
         if fixed
