@@ -1,5 +1,6 @@
 """The package's shape, checked from its source: no object reaches into another's private
-attributes, and no module imports another that (directly or not) imports it back.
+attributes, no module imports another that (directly or not) imports it back, and imports run only
+down the layers (``LAYERS``).
 
 STYLE 7: two objects that read and write each other's private attributes are one object in
 disguise; they talk through named methods or a small interface instead (``KeepaliveHost``,
@@ -136,3 +137,61 @@ def test_no_import_circle_among_the_package_modules() -> None:
 def test_the_circle_check_finds_a_circle() -> None:
     assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _circle({"a": {"b"}, "b": set()}) is None
+
+
+#: The package's layers, bottom first (docs/architecture.md draws them): a module imports its own
+#: folder and the layers below, never a layer above nor a peer of its own layer.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("base",),  # errors, keys, asyncio plumbing, telemetry, the helper clients' config and logging
+    ("group",),  # what a member knows of its group: describing it, rebalances explained, budgets, share settings
+    ("poison",),
+    ("consumer", "share"),
+    ("aio", "otel", "_deserializing", "kafka_python", "spark"),  # the integrations
+    ("health",),  # the operator tools: the doctor and its checks, dead-letters
+    ("testing",),
+    ("__init__", "__main__", "doctor"),  # the public face: re-exports and entry points
+)
+
+
+def _unit(module: str) -> str:
+    """The folder (or top-level module) a module belongs to: ``consumer`` for ``safeconsumer.consumer._facade``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _layer(unit: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if unit in layer)
+
+
+def _arrows_against_the_layers(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for source, targets in graph.items():
+        for target in targets:
+            here, there = _unit(source), _unit(target)
+            if here != there and _layer(there) >= _layer(here):
+                wrong.append(f"{source} imports {target} ({there} is not below {here})")
+    return sorted(wrong)
+
+
+def test_every_folder_has_its_layer() -> None:
+    units = {_unit(module) for module in _imports()}
+    placed = {unit for layer in LAYERS for unit in layer}
+    assert units <= placed, f"place these in LAYERS: {sorted(units - placed)}"
+    assert {"base", "group", "consumer", "share", "health"} <= units, "the scan found the folders"
+
+
+def test_imports_only_run_down_the_layers() -> None:
+    wrong = _arrows_against_the_layers(_imports())
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_the_layer_check_finds_an_arrow_up_and_one_between_peers() -> None:
+    graph = {
+        "safeconsumer.base._errors": {"safeconsumer.consumer._facade"},
+        "safeconsumer.share._consumer": {"safeconsumer.consumer._lifecycle", "safeconsumer.base._keys"},
+        "safeconsumer.consumer._facade": {"safeconsumer.consumer._client"},
+    }
+    assert _arrows_against_the_layers(graph) == [
+        "safeconsumer.base._errors imports safeconsumer.consumer._facade (consumer is not below base)",
+        "safeconsumer.share._consumer imports safeconsumer.consumer._lifecycle (consumer is not below share)",
+    ]
