@@ -338,14 +338,7 @@ class PoisonHandler:
             self._judged += 1
             self._skip(message, failure, "process")
             return None
-        plan = Plan(
-            self._bounds,
-            message,
-            time.monotonic() - began,
-            retries=policy.retries,
-            backoff=policy.backoff,
-            max_backoff=policy.max_backoff,
-        )
+        plan = Plan.of(policy, self._bounds, message, time.monotonic() - began)
         if plan.retries and plan.allows(policy.backoff):
             from tenacity import Retrying
 
@@ -398,14 +391,7 @@ class PoisonHandler:
             skipped = failure
             await run(lambda: self._skip(message, skipped, "process"))  # the bounds may call the consumer
             return None
-        plan = Plan(
-            self._bounds,
-            message,
-            time.monotonic() - began,
-            retries=policy.retries,
-            backoff=policy.backoff,
-            max_backoff=policy.max_backoff,
-        )
+        plan = Plan.of(policy, self._bounds, message, time.monotonic() - began)
         bounds = self._bounds
         if plan.retries and await asked(run, lambda: plan.allows(policy.backoff)):
             from tenacity import AsyncRetrying

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from confluent_kafka import Message
 
@@ -72,6 +72,17 @@ class PartitionBounds(RetryBounds):
         return True
 
 
+class RetryPolicy(Protocol):
+    """What a plan takes of a policy (``DeadLetter``): its retries and their backoff."""
+
+    @property
+    def retries(self) -> int: ...
+    @property
+    def backoff(self) -> float: ...
+    @property
+    def max_backoff(self) -> float: ...
+
+
 class Plan:
     """The retries of one failed record: how many are left, whether the bounds allow the next one,
     and how long the last attempt took (the next one is judged to take as long)."""
@@ -91,6 +102,14 @@ class Plan:
         self._last = first
         #: The bounds ended the retries (not the policy's count, not success).
         self.cut_short = False
+
+    @classmethod
+    def of(cls, policy: RetryPolicy, bounds: RetryBounds, message: Message, first: float) -> Plan:
+        """The plan of ``policy``'s retries (its count and backoff) for ``message``, whose first
+        attempt took ``first`` seconds."""
+        return cls(
+            bounds, message, first, retries=policy.retries, backoff=policy.backoff, max_backoff=policy.max_backoff
+        )
 
     def allows(self, wait: float) -> bool:
         if self._bounds.may_retry(self._message, wait, self._last):
