@@ -54,6 +54,8 @@ class BrokerDlq:
     known: bool = False
     #: Why the broker would not write a full copy of what it archives; None when it would (or no topic).
     problem: str | None = None
+    #: The check could not be made (no broker answered, a request failed): not relied on, checked again soon.
+    unchecked: bool = False
 
     @property
     def usable(self) -> bool:
@@ -85,7 +87,7 @@ def check_broker_dlq(
     if level == -1:
         level = share_version(connection, timeout)
     problem = _cluster_problem(dlq, level) or _topic_problem(dlq.topic, admin, timeout)
-    return replace(dlq, problem=problem)
+    return replace(dlq, problem=problem, unchecked=level is None)
 
 
 def _cluster_problem(dlq: BrokerDlq, level: int | None) -> str | None:

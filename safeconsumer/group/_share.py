@@ -203,7 +203,8 @@ class GroupLook:
 
     def read(self) -> None:
         """The group's settings, and its broker DLQ checked when it is the policy's topic (a check that
-        fails leaves the settings read: the DLQ is then not relied on, and checked at the next read)."""
+        fails leaves the settings read: the DLQ is then not relied on, and read and checked again
+        :data:`RETRY_AFTER` seconds later, as after a failed read)."""
         try:
             settings = read_settings(self.admin(), self.group, ADMIN_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - the last known settings stay; read again soon
@@ -213,7 +214,10 @@ class GroupLook:
             self._read_at = time.monotonic() - REFRESH_EVERY + RETRY_AFTER
             return
         self._read_at = time.monotonic()
-        self.settings = dataclasses.replace(settings, dlq=self._checked(settings.dlq))
+        dlq = self._checked(settings.dlq)
+        if dlq.unchecked:  # the consumer copies for itself meanwhile: not for a minute
+            self._read_at = time.monotonic() - REFRESH_EVERY + RETRY_AFTER
+        self.settings = dataclasses.replace(settings, dlq=dlq)
         self._say_dlq()
 
     def _checked(self, dlq: BrokerDlq) -> BrokerDlq:
@@ -222,7 +226,7 @@ class GroupLook:
         try:
             return check_broker_dlq(dlq, self.admin(), self._admin_conf, ADMIN_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - never trusted unchecked
-            return dataclasses.replace(dlq, problem=f"it could not be checked ({type(exc).__name__})")
+            return dataclasses.replace(dlq, problem=f"it could not be checked ({type(exc).__name__})", unchecked=True)
 
     @property
     def copy_from(self) -> int:

@@ -76,6 +76,52 @@ def test_a_dlq_check_that_fails_leaves_the_settings_read_and_the_dlq_unrelied(mo
     assert not look.broker_copies and look.settings.dlq.problem == "it could not be checked (RuntimeError)"
 
 
+def test_a_dlq_that_could_not_be_checked_is_checked_again_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a broker is down the check fails and the consumer copies for itself: for seconds, not a minute."""
+    look = GroupLook("g", {}, None, dead_letter_topic="dlq.orders")
+    monkeypatch.setattr(look, "admin", lambda: None)
+    monkeypatch.setattr("safeconsumer.group._share.threading.Thread", _Inline)
+    dlq = BrokerDlq(topic="dlq.orders", copy_record=True, known=True)
+    monkeypatch.setattr(_group, "read_settings", lambda *_a, **_k: GroupSettings(delivery_limit=3, dlq=dlq, read=True))
+    checks: list[str] = []
+
+    def unanswered(found: BrokerDlq, *_args: Any, **_kwargs: Any) -> BrokerDlq:
+        checks.append("unanswered")
+        return BrokerDlq(found.topic, found.copy_record, found.known, "share.version unread", unchecked=True)
+
+    monkeypatch.setattr(_group, "check_broker_dlq", unanswered)
+    look.read()
+    assert look.known and not look.broker_copies and look.settings.dlq.unchecked
+    now = time.monotonic()
+    look.maybe_refresh(now + 0.5)
+    assert checks == ["unanswered"], "not checked again at once"
+
+    def answered(found: BrokerDlq, *_args: Any, **_kwargs: Any) -> BrokerDlq:
+        checks.append("answered")
+        return found
+
+    monkeypatch.setattr(_group, "check_broker_dlq", answered)
+    look.maybe_refresh(now + RETRY_AFTER + 0.1)
+    assert checks == ["unanswered", "answered"], f"checked again {RETRY_AFTER:g} s later, not {REFRESH_EVERY:g} s"
+    assert look.broker_copies
+    look.maybe_refresh(time.monotonic() + RETRY_AFTER + 0.1)
+    assert len(checks) == 2, "once checked, the next check is a minute away"
+
+
+def test_a_dlq_check_that_raises_is_unchecked_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    look = GroupLook("g", {}, None, dead_letter_topic="dlq.orders")
+    monkeypatch.setattr(look, "admin", lambda: None)
+    dlq = BrokerDlq(topic="dlq.orders", copy_record=True, known=True)
+    monkeypatch.setattr(_group, "read_settings", lambda *_a, **_k: GroupSettings(delivery_limit=3, dlq=dlq, read=True))
+
+    def timed_out(*_args: Any) -> BrokerDlq:
+        raise RuntimeError("Timed out")
+
+    monkeypatch.setattr(_group, "check_broker_dlq", timed_out)
+    look.read()
+    assert look.settings.dlq.unchecked and not look.broker_copies
+
+
 @pytest.mark.parametrize(
     ("dlq", "relied_on"),
     [
