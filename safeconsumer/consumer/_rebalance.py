@@ -22,31 +22,37 @@ partition mark) waits in limbo and is restored when the partition comes back in 
 rebalance, reading on after its last held record; otherwise it is purged and the mark
 dropped, as under an incremental protocol. A partition lost, unassigned, or revoked after
 ``unsubscribe()`` never waits in limbo.
+
+The rebalancer is one object written in three modules: this one (the subscription and the join,
+librdkafka's callbacks, the application's assignment calls, partitions leaving) and its two base
+classes, :class:`._restarts.Restarts` (``seek()``, and partitions librdkafka does not fetch
+assigned again) and :class:`._pause_flags.PauseFlags` (pause marks, and librdkafka's pause flags
+made equal to the ledger's effective set: ``sync()``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaError, TopicPartition
 
-from ..base._errors import FatalConsumerError, InvalidPauseRequest, PauseStateError, is_failed_conversion
+from ..base._errors import is_failed_conversion
 from ..base._keys import Key, RebalanceCallback
 from ..group._explainer import RebalanceExplainer
-from ._client import RawClient, group_generation, tps
+from ._client import RawClient, group_generation
 from ._deferred import DeferredOnLost
 from ._delivery import DeliveryGate
 from ._join_gate import JoinGate
 from ._partitions import LeaveReason, PartitionTable
-from ._pause import PauseLedger, PauseState, subscription_can_match
+from ._pause import PauseLedger
+from ._pause_flags import PauseFlags
 from ._requery import Requery
-from ._stall import CAUSES as STALL_CAUSES
+from ._restarts import Restarts
 
 if TYPE_CHECKING:
     from ..base._telemetry import LazyTelemetry
@@ -63,8 +69,9 @@ def _keys(partitions: Iterable[TopicPartition]) -> list[Key]:
     return [(tp.topic, tp.partition) for tp in partitions]
 
 
-class Rebalancer:
-    """Wraps the user's rebalance callbacks and applies every assignment change."""
+class Rebalancer(Restarts, PauseFlags):
+    """Wraps the user's rebalance callbacks and applies every assignment change (its restarts and
+    its pause side are written in the base classes)."""
 
     def __init__(
         self,
@@ -439,134 +446,6 @@ class Rebalancer:
             self.requery.forget(keys)
         self._owned_changed()
 
-    # -- committed offsets librdkafka gave up fetching -------------------------------------------
-    def failed_offset_fetch(self, event: Message) -> None:
-        """Called by the client boundary for an error event saying librdkafka could not fetch
-        committed offsets and will not try again: a re-query is scheduled (:attr:`requery`)."""
-        topic, partition = event.topic(), event.partition()
-        keys = None if topic is None or partition is None else [(topic, partition)]
-        if self.subscribed:
-            # The group's own assignment: librdkafka would start those partitions only at the next
-            # rebalance. The stall guard starts them (it knows the cause now: no second look).
-            logger.warning(
-                "librdkafka could not fetch the committed offset of assigned partition(s) (%s) and will not "
-                "retry (librdkafka #5586); the stall guard will start them again",
-                event.error(),
-            )
-            self._stall_cause(keys, "offset_fetch_failed")
-            return
-        delay = self.requery.failed(keys, time.monotonic())
-        logger.info("committed offset fetch failed (%s); looking at the partition(s) in %.1fs", event.error(), delay)
-
-    def seek(self, partition: TopicPartition) -> None:
-        """Called by the facade's ``seek()`` (lock held): librdkafka moves the partition; the table
-        drops its withheld and read-ahead records (they would be delivered out of order) and keeps
-        the seek target; it no longer starts from its committed offset."""
-        self._client.call(Consumer.seek, partition)
-        key = (partition.topic, partition.partition)
-        self._table.seeked(key, partition.offset)
-        self.seeked(key)
-
-    def seeked(self, key: Key) -> None:
-        """Called by :meth:`seek` and by incremental_assign() at an offset: the partition no longer
-        starts from its committed offset; no re-query for it."""
-        self._from_committed.discard(key)
-        self.requery.forget([key])
-
-    def requery_due(self) -> None:
-        """Give librdkafka the partitions whose committed-offset fetch it gave up, to fetch it again.
-
-        A partition is given again only if the application assigned it to start from its
-        committed offset (no explicit offset, no seek since) and librdkafka has handed over no
-        record of it (no position), at least ``first_delay`` after the failure: by then one that
-        did start and has records would have handed them over (unless paused). It starts from
-        its committed offset again, so nothing it read repeats. Ownership, pause marks and the
-        gate's records do not change; librdkafka's pause flag is set again.
-
-        librdkafka's cached high watermark would tell a started partition from a stuck one, but
-        it survives unassign(): a partition assigned before shows its old value.
-        """
-        requery = self.requery
-        keys = requery.take()
-        if self.subscribed or self._closing():
-            return
-        table = self._table
-        wanted = self._from_committed if keys is None else self._from_committed.intersection(keys)
-        candidates = [k for k in wanted if k in table.owned]
-        if not candidates:
-            return
-        # No position: librdkafka handed over no record of it. All such go together: librdkafka
-        # fetches no committed offset while any partition it gave up on is still assigned.
-        stuck = [(tp.topic, tp.partition) for tp in self._client.position(candidates) if tp.offset < 0]
-        if stuck:
-            self._assign_again(sorted(stuck))
-
-    def _assign_again(self, stuck: list[Key]) -> None:
-        names = ", ".join(f"{t}[{p}]" for t, p in stuck)
-        parts = tps(stuck)
-        try:
-            self._client.incremental_unassign(parts)
-        except FatalConsumerError:
-            raise
-        except KafkaException as exc:
-            # For instance a classic subscription with an eager assignor, then unsubscribe():
-            # librdkafka keeps refusing incremental calls. assign() would restart every partition.
-            logger.warning(
-                "partition(s) %s fetch nothing: librdkafka gave up fetching their committed offset (librdkafka "
-                "#5586) and refused to take them back (%s); assign() them again to start them",
-                names,
-                exc,
-            )
-            return
-        logger.warning(
-            "assigned %d partition(s) again: librdkafka gave up fetching their committed offset and would never "
-            "have started them (librdkafka #5586): %s",
-            len(stuck),
-            names,
-        )
-        self._client.incremental_assign(parts)
-        paused = [k for k in stuck if self._table.owned[k].applied]
-        if paused:
-            self._client.pause(paused)
-
-    def restart_stalled(self, starts: dict[Key, int], causes: dict[Key, str]) -> list[Key]:
-        """Called by the stall guard (lock held, outside any callback): these owned partitions
-        should be fetching and are not. Each is resumed inside librdkafka (intent says resumed: a
-        pause left there goes) and assigned again from ``starts`` (its position; without one, its
-        committed offset or OFFSET_INVALID: librdkafka fetches it anew). Ownership, pause marks and
-        the table's records do not change. Returns those started again."""
-        table = self._table
-        keys = sorted(k for k in starts if k in table.owned and not table.owned[k].applied and k not in table.paused)
-        if not keys or self._closing():
-            return []
-        self._client.resume(keys)
-        try:
-            self._client.incremental_unassign(tps(keys))
-        except FatalConsumerError:
-            raise
-        except KafkaException:
-            # An eager classic subscription: librdkafka takes only whole assignments. Every other
-            # partition is given again from its own position, so none reads anything twice.
-            owned = list(table.owned)
-            offsets = {(tp.topic, tp.partition): tp.offset for tp in self._client.position(owned)}
-            offsets.update((k, starts[k]) for k in keys)
-            self._client.assign([TopicPartition(t, p, offsets[(t, p)]) for t, p in owned])
-            applied = [k for k in owned if table.owned[k].applied]
-            if applied:
-                self._client.pause(applied)
-        else:
-            self._client.incremental_assign([TopicPartition(t, p, starts[(t, p)]) for t, p in keys])
-        for topic, partition in keys:
-            start = starts[(topic, partition)]
-            logger.warning(
-                "partition %s[%d] stalled: %s; assigned it again from %s",
-                topic,
-                partition,
-                STALL_CAUSES.get(causes.get((topic, partition), ""), "cause unknown"),
-                f"offset {start}" if start >= 0 else "its committed offset",
-            )
-        return keys
-
     def unsubscribe(self) -> None:
         """Called by the facade's unsubscribe() (lock held): what was processed is stored first (I9),
         librdkafka unsubscribes, and the coming revocation of what is owned is final."""
@@ -603,80 +482,3 @@ class Rebalancer:
             table.left(gone, reason)
             self._ledger.unmark_partitions(gone)
         self._tell_table()
-
-    def sync(self, fresh: Iterable[Key] = ()) -> None:
-        """Make librdkafka's pause flags equal the effective set of the current assignment.
-
-        Called after every change of intent (the facade's pause/resume calls, lock held), of
-        ownership (here) and of parking; changes the table's paused set and applied flags.
-
-        ``fresh`` partitions were just assigned; those effectively paused are paused even
-        if librdkafka was told so before. Fresh partitions that are not paused are left
-        alone: every partition is resumed inside librdkafka as it leaves (``_left``), so
-        none carries a stale flag, and a needless resume would restart its fetch.
-        """
-        _intent, effective = self._tell_table()
-        if self._in_assign and not self._assign_called:
-            return  # librdkafka has not been given the assignment yet; on_assign syncs once it has
-        owned = self._table.owned
-        fresh_set = set(fresh)
-        to_pause = [k for k in effective if not owned[k].applied or k in fresh_set]
-        to_resume = [k for k, s in owned.items() if s.applied and k not in effective]
-        if to_pause:
-            self._client.pause(to_pause)
-            self._table.flags_applied(to_pause, paused=True)
-        if to_resume:
-            self._client.resume(to_resume, leaving=True)
-            self._table.flags_applied(to_resume, paused=False)
-
-    def _tell_table(self) -> tuple[frozenset[Key], frozenset[Key]]:
-        """Give the table the effective paused set: (the user's, what is paused incl. parking)."""
-        owned = self._table.owned
-        intent = self._ledger.effective(owned)
-        effective = frozenset(owned) if self.parked else intent
-        self._table.set_paused(effective, len(intent))
-        return intent, effective
-
-    def change_marks(self, keys: list[Key] | None, *, mark: bool) -> None:
-        """Called by the facade's ``pause()``/``resume()`` (lock held): partition marks of ``keys``,
-        or (None) the consumer mark, set or cleared; flags follow."""
-        if keys is None:
-            self._ledger.set_consumer(mark)
-        elif mark:
-            self._ledger.mark_partitions(keys)
-        else:
-            self._ledger.unmark_partitions(keys)
-        self.sync()
-
-    def change_topic_marks(self, method: str, names: list[str], patterns: list[re.Pattern[str]], *, mark: bool) -> None:
-        """Called by the facade's ``pause_topics()``/``resume_topics()`` (lock held): topic marks
-        set or cleared; flags follow. Raises when there is nothing to apply them to, or when the
-        subscription can never deliver a topic to be paused."""
-        subscription = self.subscription
-        if subscription is None and not self._table.owned:
-            raise PauseStateError(
-                f"{method}() needs a subscription or an assignment to apply to: call subscribe() or assign() first"
-            )
-        if mark and subscription is not None:
-            never = subscription_can_match(subscription, names, patterns)
-            if never:
-                raise InvalidPauseRequest(f"{method}(): the subscription {subscription} can never deliver {never}")
-        if mark:
-            self._ledger.mark_topics(names, patterns)
-        else:
-            self._ledger.unmark_topics(names, patterns)
-        self.sync()
-
-    def paused(self) -> list[TopicPartition]:
-        """Called by the facade's ``paused()`` (lock held): the effectively paused owned partitions, sorted."""
-        return [TopicPartition(t, p) for t, p in sorted(self._ledger.effective(self._table.owned))]
-
-    def pause_state(self, *, parked: bool) -> PauseState:
-        """Called by the facade's ``pause_state()`` (lock held): a snapshot of intent and its effect."""
-        return self._ledger.snapshot(self._table.owned, parked=parked)
-
-    def set_parked(self, parked: bool) -> None:
-        """Called by the keeper's link (lock held, consumer open): park (keepalive) or un-park; the
-        user's intent is untouched, librdkafka's flags and the table's paused set follow both."""
-        self.parked = parked
-        self.sync()

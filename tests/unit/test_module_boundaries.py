@@ -195,3 +195,14 @@ def test_the_layer_check_finds_an_arrow_up_and_one_between_peers() -> None:
         "safeconsumer.base._errors imports safeconsumer.consumer._facade (consumer is not below base)",
         "safeconsumer.share._consumer imports safeconsumer.consumer._lifecycle (consumer is not below share)",
     ]
+
+
+#: No library module grows past this many lines: one job a file (CONTRIBUTING: split it along its jobs).
+MAX_LINES = 600
+
+
+def test_no_library_module_is_over_its_size() -> None:
+    sizes = {path.relative_to(PACKAGE): len(path.read_text(encoding="utf-8").splitlines()) for path in _sources()}
+    assert len(sizes) > 50, "the scan found the modules"
+    over = sorted(f"{path}: {n} lines" for path, n in sizes.items() if n > MAX_LINES)
+    assert not over, f"modules over {MAX_LINES} lines (split them along their jobs):\n" + "\n".join(over)

@@ -210,7 +210,7 @@ def test_the_last_record_popped_stays_outstanding_when_it_emptied_the_lane() -> 
 def test_taking_a_lane_back_leaves_the_app_a_prefix_in_order() -> None:
     """The app pops from the left while the lane is taken back from the right: whatever
     interleaving, it got the first records and the rest wait in order."""
-    from safeconsumer.consumer import _partitions
+    from safeconsumer.consumer import _handout as _partitions
 
     table = _table(A0)
     batch = [_msg(A0, o) for o in range(5)]
