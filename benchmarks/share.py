@@ -20,11 +20,12 @@ librdkafka's share fetch does its work inside that call on the application's thr
 record moves by hundreds of ns from consumer to consumer for the same code; what the wrapper adds is
 everything outside it, the judged clock.
 
-As with ``consume(500)`` (:mod:`benchmarks.per_record`), a consumer instance's cost is bimodal: a
-contender's passes slower than ``SLOW_MODE`` times its fastest of the run (on the judged clock) are
-its slow mode and left out; a contender's figure for a round is the median of that round's fast
-passes, and what it adds is the median of all its fast passes minus the base's, shown with the spread
-of the per-round differences. The parent rotates the four contenders' order by round. A batch's
+Unlike ``consume(500)``'s (:mod:`benchmarks.per_record`), a share consumer's passes are not bimodal
+here: every contender's passes spread about ±10% around their median, instance by instance (a
+fast-mode filter, tried, was set by one low pass and dropped most of a contender's passes). So a
+contender's figure for a round is the median of that round's ``PASSES`` passes, and what it adds is
+the median of all its passes minus the base's, shown with the spread of the per-round differences.
+The parent rotates the four contenders' order by round. A batch's
 records are freed outside upstream's call for both (raw's pass drops its last batch when it assigns
 the new one, ours frees it in its ``poll()`` after upstream's call returned).
 """
@@ -49,9 +50,7 @@ CHILD_TIMEOUT = 600
 MODES = ("implicit", "explicit")
 KINDS = ("raw", "safe")
 #: Passes per child, each a fresh share group and consumer (see the module).
-PASSES = 4
-#: A pass slower than this times the contender's fastest of the run (judged clock) is in the slow mode.
-SLOW_MODE = 1.3
+PASSES = 8
 #: The base each of ours is judged on, by mode: the floor for implicit mode (see the module).
 FLOOR = {"implicit": "raw explicit", "explicit": "raw explicit"}
 
@@ -87,38 +86,18 @@ class ShareRuns:
     passes: dict[str, list[list[dict[str, float]]]]
     rss: dict[str, list[float]]
 
-    def _fast(self, name: str, round_: int) -> list[dict[str, float]]:
-        fastest = min(p[JUDGED] for r in self.passes[name] for p in r)
-        return [p for p in self.passes[name][round_] if p[JUDGED] <= SLOW_MODE * fastest]
-
-    def slow(self, name: str) -> tuple[int, int]:
-        """How many of the contender's passes fell into the slow mode, of how many."""
-        every = sum(len(r) for r in self.passes[name])
-        return every - sum(len(self._fast(name, i)) for i in range(len(self.passes[name]))), every
-
-    def _round(self, name: str, round_: int, clock: str) -> float | None:
-        fast = self._fast(name, round_)
-        return statistics.median(p[clock] for p in fast) if fast else None
+    def _round(self, name: str, round_: int, clock: str) -> float:
+        return statistics.median(p[clock] for p in self.passes[name][round_])
 
     def added(self, name: str, base: str, clock: str) -> Figure:
-        """What ``name`` adds to ``base`` per record on ``clock``: the median of its fast passes minus
-        ``base``'s, with the spread of the per-round differences (rounds where both had one)."""
-        diffs = []
-        for r in range(len(self.passes[name])):
-            a, b = self._round(name, r, clock), self._round(base, r, clock)
-            if a is not None and b is not None:
-                diffs.append(a - b)
-        if not diffs:
-            raise RuntimeError(f"no round had fast passes of both {name} and {base}")
+        """What ``name`` adds to ``base`` per record on ``clock``: the median of all its passes minus
+        ``base``'s, with the spread of the per-round differences."""
+        diffs = [self._round(name, r, clock) - self._round(base, r, clock) for r in range(len(self.passes[name]))]
+        return Figure(self.pooled(name, clock) - self.pooled(base, clock), min(diffs), max(diffs))
 
-        def pooled(n: str) -> float:
-            return statistics.median(p[clock] for r in range(len(self.passes[n])) for p in self._fast(n, r))
-
-        return Figure(pooled(name) - pooled(base), min(diffs), max(diffs))
-
-    def base(self, name: str, clock: str) -> float:
-        """The median of the contender's fast passes on ``clock``."""
-        return statistics.median(p[clock] for r in range(len(self.passes[name])) for p in self._fast(name, r))
+    def pooled(self, name: str, clock: str) -> float:
+        """The median of all the contender's passes on ``clock``."""
+        return statistics.median(p[clock] for r in self.passes[name] for p in r)
 
     def rss_ratio(self, mode: str) -> Figure:
         """Ours' peak RSS over raw's of the same mode, round by round."""
@@ -258,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
             f"({FLOOR[mode]}), {runs.added(ours, f'raw {mode}', JUDGED).show()} over raw {mode}; "
             f"{runs.added(ours, f'raw {mode}', 'cpu').show()} CPU, "
             f"{runs.added(ours, f'raw {mode}', 'wall').show()} wall over raw {mode}; "
-            f"slow-mode passes {runs.slow(ours)}; peak RSS {ratio.median:.2f}x "
+            f"peak RSS {ratio.median:.2f}x "
             f"(spread {ratio.low:.2f} to {ratio.high:.2f})"
         )
 
