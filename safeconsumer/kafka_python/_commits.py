@@ -19,33 +19,21 @@ from kafka.future import Future
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from ._convert import kafka_error, to_confluent
-from ._positions import Key, Positions
+from ._part import Part
+from ._positions import Key
 
 if TYPE_CHECKING:
-    from ..consumer._facade import SafeConsumer
+    pass
 
 __all__ = ["Commits"]
 
 
-class Commits:
+class Commits(Part):
     """A consumer's commits, and the ``commit_async()`` calls waiting for their callback."""
 
-    def __init__(
-        self,
-        consumer: SafeConsumer,
-        call: Callable[..., Any],
-        positions: Positions,
-        config: dict[str, Any],
-        *,
-        groupless: bool,
-        timeout: float,
-    ) -> None:
-        self._consumer = consumer
-        self._call = call
-        self._positions = positions
-        self._config = config
-        self._groupless = groupless
-        self._timeout = timeout
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """As :class:`Part`'s."""
+        super().__init__(*args, **kwargs)
         self._waiting: deque[tuple[dict[Key, int], Future, Callable[..., Any]]] = deque()
 
     def _offsets(self, offsets: Any) -> list[confluent_kafka.TopicPartition]:

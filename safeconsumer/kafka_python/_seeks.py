@@ -9,8 +9,7 @@ the end of the partition the pending seek or the reset policy names.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import confluent_kafka
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException
@@ -18,33 +17,17 @@ from kafka import errors as kerrors
 from kafka.structs import TopicPartition
 
 from ._convert import to_confluent
-from ._positions import Key, Positions
+from ._part import Part
+from ._positions import Key
 
 if TYPE_CHECKING:
-    from ..consumer._facade import SafeConsumer
+    pass
 
 __all__ = ["Seeks"]
 
 
-class Seeks:
+class Seeks(Part):
     """Seeks of checked, assigned partitions, and their positions (see the module)."""
-
-    def __init__(
-        self,
-        consumer: SafeConsumer,
-        call: Callable[..., Any],
-        positions: Positions,
-        config: dict[str, Any],
-        *,
-        groupless: bool,
-        timeout: float,
-    ) -> None:
-        self._consumer = consumer
-        self._call = call
-        self._positions = positions
-        self._config = config
-        self._groupless = groupless
-        self._timeout = timeout
 
     def to_offset(self, partition: TopicPartition, offset: int) -> None:
         """``seek()``: read ``partition`` from ``offset`` next."""

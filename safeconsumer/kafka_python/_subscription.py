@@ -12,7 +12,6 @@ the last assignment saw.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import confluent_kafka
@@ -21,10 +20,10 @@ from kafka.structs import ConsumerGroupMetadata, MemberState
 from ..consumer._client import group_generation
 from ._cluster import INTERNAL_TOPICS
 from ._convert import to_kafka
-from ._positions import Positions
+from ._part import Part
 
 if TYPE_CHECKING:
-    from ..consumer._facade import SafeConsumer
+    pass
 
 __all__ = ["SUBSCRIPTION_MESSAGE", "Mode", "Subscription"]
 
@@ -43,29 +42,16 @@ class Mode:
     ASSIGNED = "assigned"  # assign(): the user's partitions, no group subscription
 
 
-class Subscription:
+class Subscription(Part):
     """What the consumer was told to read, and what its group last said.
 
     Its state changes only through its own methods, which the facade and librdkafka's rebalance
     callbacks (through the facade) call.
     """
 
-    def __init__(
-        self,
-        consumer: SafeConsumer,
-        call: Callable[..., Any],
-        positions: Positions,
-        config: dict[str, Any],
-        *,
-        groupless: bool,
-        timeout: float,
-    ) -> None:
-        self._consumer = consumer
-        self._call = call
-        self._positions = positions
-        self._config = config
-        self._groupless = groupless
-        self._timeout = timeout
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """As :class:`Part`'s."""
+        super().__init__(*args, **kwargs)
         self._mode = Mode.NONE
         self._topics: set[str] | None = None
         self._pattern: str | None = None

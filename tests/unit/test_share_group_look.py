@@ -61,11 +61,17 @@ class _Inline:
         return False
 
 
-def test_a_dlq_check_that_fails_leaves_the_settings_read_and_the_dlq_unrelied(monkeypatch: pytest.MonkeyPatch) -> None:
+def _look_with_a_dlq(monkeypatch: pytest.MonkeyPatch) -> GroupLook:
+    """A look whose policy topic is the group's broker DLQ, its settings read (limit 3) without a broker."""
     look = GroupLook("g", {}, None, dead_letter_topic="dlq.orders")
     monkeypatch.setattr(look, "admin", lambda: None)
     dlq = BrokerDlq(topic="dlq.orders", copy_record=True, known=True)
     monkeypatch.setattr(_group, "read_settings", lambda *_a, **_k: GroupSettings(delivery_limit=3, dlq=dlq, read=True))
+    return look
+
+
+def test_a_dlq_check_that_fails_leaves_the_settings_read_and_the_dlq_unrelied(monkeypatch: pytest.MonkeyPatch) -> None:
+    look = _look_with_a_dlq(monkeypatch)
 
     def refused(*_args: Any) -> BrokerDlq:
         raise RuntimeError("Cluster authorization failed")
@@ -74,15 +80,13 @@ def test_a_dlq_check_that_fails_leaves_the_settings_read_and_the_dlq_unrelied(mo
     look.read()
     assert look.known and look.copy_from == 3
     assert not look.broker_copies and look.settings.dlq.problem == "it could not be checked (RuntimeError)"
+    assert look.settings.dlq.unchecked, "checked again within seconds"
 
 
 def test_a_dlq_that_could_not_be_checked_is_checked_again_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     """While a broker is down the check fails and the consumer copies for itself: for seconds, not a minute."""
-    look = GroupLook("g", {}, None, dead_letter_topic="dlq.orders")
-    monkeypatch.setattr(look, "admin", lambda: None)
+    look = _look_with_a_dlq(monkeypatch)
     monkeypatch.setattr("safeconsumer.group._share.threading.Thread", _Inline)
-    dlq = BrokerDlq(topic="dlq.orders", copy_record=True, known=True)
-    monkeypatch.setattr(_group, "read_settings", lambda *_a, **_k: GroupSettings(delivery_limit=3, dlq=dlq, read=True))
     checks: list[str] = []
 
     def unanswered(found: BrokerDlq, *_args: Any, **_kwargs: Any) -> BrokerDlq:
@@ -106,20 +110,6 @@ def test_a_dlq_that_could_not_be_checked_is_checked_again_within_seconds(monkeyp
     assert look.broker_copies
     look.maybe_refresh(time.monotonic() + RETRY_AFTER + 0.1)
     assert len(checks) == 2, "once checked, the next check is a minute away"
-
-
-def test_a_dlq_check_that_raises_is_unchecked_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    look = GroupLook("g", {}, None, dead_letter_topic="dlq.orders")
-    monkeypatch.setattr(look, "admin", lambda: None)
-    dlq = BrokerDlq(topic="dlq.orders", copy_record=True, known=True)
-    monkeypatch.setattr(_group, "read_settings", lambda *_a, **_k: GroupSettings(delivery_limit=3, dlq=dlq, read=True))
-
-    def timed_out(*_args: Any) -> BrokerDlq:
-        raise RuntimeError("Timed out")
-
-    monkeypatch.setattr(_group, "check_broker_dlq", timed_out)
-    look.read()
-    assert look.settings.dlq.unchecked and not look.broker_copies
 
 
 @pytest.mark.parametrize(
