@@ -309,15 +309,7 @@ def test_the_broker_copies_what_fails_and_the_consumer_copies_nothing(
     c = _safe(kafka, group, mode, dlq, closing)
     c.subscribe([topic])
     assert "the broker writes the dead-letter copies" in caplog.text  # settled before subscribe() returned
-    again: list[Message] = []
-
-    def step() -> None:
-        for m in _records(c.poll(0.5)):
-            again.append(m)
-            c.handle(m, _fails_on_zero)
-        c.commit_sync(10)
-
-    wait_until(lambda: len(again) >= 5, timeout=60, what="the last deliveries handled", step=step)
+    again = _handle_until(c, 5)  # the last deliveries
     assert {m.delivery_count() for m in again} == {2}
     (copy,) = _copies(kafka, dlq, 1)
     assert _headers(copy)["__dlq.errors.offset"] == "0" and copy.value() == b"0"
