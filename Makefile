@@ -111,12 +111,13 @@ bench: $(STAMP)
 ## violation, record archived without a copy or processed twice unexplained, or member that died.
 ## SOAK_LONG=1: the share soak's long mode, SOAK_LONG_SECONDS (default 1800) of chaos per mode
 ## (make soak-long runs that alone); member logs kept in out/soak/share-long-<date>.
-## SOAK_KAFKA=4.3.1: the brokers' Apache Kafka release (default the newest); SOAK_BROKER_DLQ=1 (Kafka
-## 4.4): the dead-letter topic is also the group's DLQ in the broker, which copies what it archives.
+## SOAK_KAFKA=4.3.1: the brokers' Apache Kafka release (default the newest). Where the cluster has share-group
+## DLQs (Kafka 4.4) the dead-letter topic is also the group's DLQ in the broker, which copies what it archives;
+## SOAK_BROKER_DLQ=off: the consumers' own last-delivery copies only (on: insist on the broker's).
 SOAK_SECONDS ?= 180
 SOAK_LONG_SECONDS ?= 1800
 SHARE_SOAK_ARGS = $(if $(SOAK_LONG),--seconds $(SOAK_LONG_SECONDS) --logs out/soak/share-long-$(shell date +%Y%m%d-%H%M%S),--seconds $(SOAK_SECONDS)) \
-	$(if $(SOAK_KAFKA),--kafka-version $(SOAK_KAFKA)) $(if $(SOAK_BROKER_DLQ),--broker-dlq)
+	$(if $(SOAK_KAFKA),--kafka-version $(SOAK_KAFKA)) $(if $(SOAK_BROKER_DLQ),--broker-dlq $(SOAK_BROKER_DLQ))
 soak: $(STAMP)
 	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m tests.soak.run --seconds $(SOAK_SECONDS)
 	SAFECONSUMER_BROKER=$${SAFECONSUMER_BROKER:-local} $(PY) -m tests.soak.share $(SHARE_SOAK_ARGS)

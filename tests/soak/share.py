@@ -1132,6 +1132,19 @@ def run_share_soak(kit: KafkaTestKit, mode: str, **options: Any) -> Figures:
     return ShareSoak(kit, mode, **options).run()
 
 
+def _use_broker_dlq(choice: str, bootstrap: str) -> bool:
+    """Whether the run names its dead-letter topic the group's DLQ in the broker: ``auto`` where the
+    cluster writes DLQ copies (``share.version`` 2 or more: Kafka 4.4), as an operator would."""
+    if choice != "auto":
+        return choice == "on"
+    from safeconsumer.group._dlq import DLQ_SHARE_VERSION, share_version
+
+    level = share_version({"bootstrap.servers": bootstrap}, 15.0)
+    if level is None:
+        raise RuntimeError(f"the cluster at {bootstrap} did not tell its share.version: pass --broker-dlq on or off")
+    return level >= DLQ_SHARE_VERSION
+
+
 @contextlib.contextmanager
 def _broker(with_faults: bool, version: str) -> Iterator[tuple[str, Cluster | None, list[Path]]]:
     """The bootstrap servers to soak on, the cluster when broker faults are on, and the brokers' logs."""
@@ -1179,8 +1192,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka-version", default=None, help="the brokers' Apache Kafka release (default the newest)")
     parser.add_argument(
         "--broker-dlq",
-        action="store_true",
-        help="(Kafka 4.4) the dead-letter topic is also the group's DLQ in the broker, which copies what it archives",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the dead-letter topic is also the group's DLQ in the broker, which copies what it archives (Kafka "
+        "4.4): auto (the default) where the cluster has one (share.version 2 or more), on, or off (the consumers' "
+        "own last-delivery copies only)",
     )
     args = parser.parse_args(argv)
     if args.member:
@@ -1190,14 +1206,17 @@ def main(argv: list[str] | None = None) -> int:
     version = args.kafka_version or KAFKA_VERSION
     with_faults = not args.no_faults and not os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     results: list[Figures] = []
-    print(
-        f"share soak: {args.seconds:.0f}s of chaos per mode, seed {args.seed!r}, "
-        f"{'SIGKILLs and SIGTERMs' if not args.no_kills else 'SIGTERMs only'}, "
-        f"{f'broker 2 SIGKILLed every {args.fault_every:.0f}s' if with_faults else 'no broker faults'}, "
-        f"Kafka {version}{', broker DLQ' if args.broker_dlq else ''}",
-        flush=True,
-    )
     with _broker(with_faults, version) as (bootstrap, cluster, broker_logs):
+        broker_dlq = _use_broker_dlq(args.broker_dlq, bootstrap)
+        copies = "the broker's DLQ and the consumers' copies" if broker_dlq else "the consumers' own copies only"
+        print(
+            f"share soak: {args.seconds:.0f}s of chaos per mode, seed {args.seed!r}, "
+            f"{'SIGKILLs and SIGTERMs' if not args.no_kills else 'SIGTERMs only'}, "
+            f"{f'broker 2 SIGKILLed every {args.fault_every:.0f}s' if with_faults else 'no broker faults'}, "
+            f"Kafka {version}, "
+            f"{copies}",
+            flush=True,
+        )
         for mode in args.mode:
             kit = KafkaTestKit(bootstrap, prefix=f"share-soak-{mode}")
             try:
@@ -1217,7 +1236,7 @@ def main(argv: list[str] | None = None) -> int:
                     progress_every=args.progress_every or None,
                     verbose=args.verbose,
                     broker_logs=broker_logs,
-                    broker_dlq=args.broker_dlq,
+                    broker_dlq=broker_dlq,
                 )
             finally:
                 kit.close()
