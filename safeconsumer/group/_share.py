@@ -43,6 +43,9 @@ AUTO_OFFSET_RESET = "share.auto.offset.reset"
 #: Kafka's defaults, used until the broker answered (Kafka 4.3: 30 s, 5 deliveries, latest).
 DEFAULT_LOCK_MS = 30_000
 DEFAULT_DELIVERY_LIMIT = 5
+#: The shortest lock a broker allows a share group (``group.share.min.record.lock.duration.ms`` is at
+#: least 1000): what a batch is held on while the group's own settings were never read.
+SHORTEST_LOCK_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,16 @@ class GroupLook:
             return check_broker_dlq(dlq, self.admin(), self._admin_conf, ADMIN_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - never trusted unchecked
             return dataclasses.replace(dlq, problem=f"it could not be checked ({type(exc).__name__})", unchecked=True)
+
+    @property
+    def lock_seconds(self) -> float:
+        """The lock a batch handed out now is held on: the group's, or while its settings were never
+        read the shortest a broker allows (:data:`SHORTEST_LOCK_MS`). Kafka's default (30 s) may be
+        ten times the group's own: a batch held on it would be acknowledged after its real lock ran
+        out, and the overrun not seen. So records not reached go back early and acknowledgements
+        after that lock count as overruns: a release too early, never a double processing unseen."""
+        settings = self.settings  # one snapshot: the refresh thread replaces it whole
+        return settings.lock_seconds if settings.read else min(settings.lock_ms, SHORTEST_LOCK_MS) / 1000
 
     @property
     def copy_from(self) -> int:

@@ -207,7 +207,7 @@ class Acknowledgements(ShareConsumer):
             self._group,
             len(cut),
             time.monotonic() - batch.at,
-            self._look.settings.lock_seconds,
+            self._look.lock_seconds,
         )
 
     def _flush_from_watch(self, batch: Batch) -> None:
@@ -251,7 +251,7 @@ class Acknowledgements(ShareConsumer):
             batch.settle_all()
             self._telemetry.acknowledged("accept", len(accepted))
         self._sending(batch, accepted, stays=committing)
-        self._overruns.say(self._look.settings.lock_seconds)
+        self._overruns.say(self._look.lock_seconds)
 
     def _accept_all(self, records: list[Message]) -> None:
         """ACCEPT each record (implicit mode, the application came back). librdkafka takes one call
@@ -301,7 +301,7 @@ class Acknowledgements(ShareConsumer):
             message.partition(),
             message.offset(),
             attempts,
-            self._look.settings.lock_seconds,
+            self._look.lock_seconds,
             count,
             self._look.settings.delivery_limit,
         )

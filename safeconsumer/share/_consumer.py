@@ -310,7 +310,7 @@ class SafeShareConsumer(Acknowledgements):
         if not records:
             self._batch = None
             return messages
-        lock = self._settings.lock_seconds
+        lock = self._look.lock_seconds  # the group's, or the shortest a broker allows while it is unread
         batch = self._batch = Batch(records, lock, min(lock, self._max_poll))
         if self._withholds:
             try:
@@ -390,7 +390,7 @@ class SafeShareConsumer(Acknowledgements):
                 # S2: what the application finished is sent, what it never came back after goes back at once.
                 with contextlib.suppress(Exception):
                     self._release_at_close()
-                self._overruns.say(self._settings.lock_seconds)
+                self._overruns.say(self._look.lock_seconds)
             try:
                 super().close(*args, **kwargs)
             finally:

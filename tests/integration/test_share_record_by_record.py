@@ -300,6 +300,44 @@ def test_what_handle_finished_is_sent_while_a_slow_handler_outlasts_the_lock(
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_member_that_cannot_read_its_group_s_settings_holds_a_batch_on_the_shortest_lock(
+    kafka: KafkaTestKit, peer_of: Any, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The long share soak: a member started while a broker was down could not read its group's
+    settings (the admin request timed out), held its batches on Kafka's default 30 s lock under the
+    group's 3 s one, and the records it had finished before a slow one were acknowledged after their
+    lock: a peer processed them again, and no overrun was counted. Until the settings are read, a
+    batch is held on the shortest lock a broker allows (1 s): here as in the slow-handler test above,
+    the ten finished records go in time, the rest goes back, and only the slow record is late."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from safeconsumer.group import _share
+
+    def unanswered(*_args: Any, **_kwargs: Any) -> Any:  # the cluster's admin API does not answer
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed while waiting for controller"))
+
+    monkeypatch.setattr(_share, "read_settings", unanswered)
+    topic, group = kafka.create_topic(partitions=1), kafka.name("g")
+    set_group_config(kafka, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="3000")
+    _one_batch(kafka, topic, 20)
+    a = SafeShareConsumer(_conf(kafka, group, mode))
+    a.subscribe([topic])
+    batch: Any = wait_until(lambda: a.poll(0.5) or None, timeout=60, what="a batch")
+    assert len(batch) == 20
+    assert not a.group_settings.read and a.group_settings.lock_ms == 30_000, "the settings were read after all"
+    for m in batch:  # the iterator stops once the rest went back
+        a.handle(m, lambda record: None if (record.offset() or 0) < 10 else _work(4.5))
+    assert a.released_early == 9
+    assert a.lock_overruns == 1
+    a.close()
+    peer = peer_of(group, topic)
+    by_peer = _read_all(peer, set(range(11, 20)))
+    kafka.produce(topic, 1, partitions=1, start=20)  # a marker: what the peer is handed before it is all there is
+    by_peer += _read_all(peer, {20})
+    assert {m.offset() for m in by_peer} <= set(range(10, 21)), "a peer was handed a record handle() had finished"
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_cancelled_await_of_handle_releases_only_what_it_did_not_finish(
     kafka: KafkaTestKit, peer_of: Any, mode: str
 ) -> None:
