@@ -214,10 +214,6 @@ class SafeShareConsumer(Acknowledgements):
         in the broker (Kafka 4.4) is the ``DeadLetter`` policy's topic and the broker can write it."""
         return self._look.broker_copies
 
-    @property
-    def _settings(self) -> GroupSettings:
-        return self._look.settings
-
     # -- upstream's methods -----------------------------------------------------------------
     def subscribe(self, topics: list[str], *args: Any, **kwargs: Any) -> None:
         self._enter("Failed to subscribe: Local: Conflicting use")
