@@ -1,7 +1,8 @@
 """What ``SafeShareConsumer.poll()`` adds per record, judged on the floor (SPEC's Budgets table).
 
-    python -m benchmarks.share [--records 50000] [--rounds 7]           (starts its own broker)
-    python -m benchmarks.share --child KIND MODE BOOTSTRAP TOPIC RECORDS PASSES
+    python -m benchmarks.share [--records 100000] [--rounds 9]          (starts its own broker)
+    python -m benchmarks.share --round BOOTSTRAP TOPIC RECORDS ORDER
+    python -m benchmarks.share --rss KIND MODE BOOTSTRAP TOPIC RECORDS
 
 The floor is raw ``ShareConsumer`` in explicit mode acknowledging every record ACCEPT: librdkafka has
 no batch or range acknowledgement, so any share consumer that can release single records pays one
@@ -9,32 +10,35 @@ no batch or range acknowledgement, so any share consumer that can release single
 implicit mode; ours in explicit mode is judged above raw explicit mode.
 
 A share consumer cannot be handed a prefilled local queue (each ``poll()`` acquires records from the
-broker), so a pass reads a topic of ``RECORDS`` records from its start with a fresh share group and a
-fresh consumer, as an application does: ``poll(1.0)``, iterate the batch, and in explicit mode
-acknowledge each record. Each child (one contender: raw or ours, implicit or explicit) makes
-``PASSES`` passes and reports, per pass and per record, the main thread's CPU time
-(``thread_time_ns``: where the wrapper works, not the time spent waiting for the broker), the wall
-time, and the main thread's CPU spent *outside* upstream's ``ShareConsumer.poll`` C call (for ours, a
-probe class between ``SafeShareConsumer`` and ``ShareConsumer`` times that call), and its peak RSS.
-librdkafka's share fetch does its work inside that call on the application's thread, and its CPU per
-record moves by hundreds of ns from consumer to consumer for the same code; what the wrapper adds is
-everything outside it, the judged clock.
+broker), so each contender reads a topic of ``RECORDS`` records from its start with a fresh share
+group and a fresh consumer, as an application does: ``poll(1.0)``, iterate the batch, and in explicit
+mode acknowledge each record. The judged clock is the main thread's CPU spent *outside* upstream's
+``ShareConsumer.poll`` C call (for ours, a probe class between ``SafeShareConsumer`` and
+``ShareConsumer`` times that call): librdkafka's share fetch does its work inside that call on the
+application's thread, and what the wrapper adds is everything outside it. The main thread's whole
+CPU and the wall time are reported beside it.
 
-Unlike ``consume(500)``'s (:mod:`benchmarks.per_record`), a share consumer's passes are not bimodal
-here: every contender's passes spread about ±10% around their median, instance by instance (a
-fast-mode filter, tried, was set by one low pass and dropped most of a contender's passes). So a
-contender's figure for a round is the median of that round's ``PASSES`` passes, and what it adds is
-the median of all its passes minus the base's, shown with the spread of the per-round differences.
-The parent rotates the four contenders' order by round. A batch's
-records are freed outside upstream's call for both (raw's pass drops its last batch when it assigns
-the new one, ours frees it in its ``poll()`` after upstream's call returned).
+That clock moves with time, not with the consumer: the same raw consumer, read in slices of 25,000
+records, gave 315 to 789 ns per record from slice to slice (the broker and librdkafka's threads
+share the machine's cores and caches with it, and the first work after each ``poll()``'s wait runs
+on cold caches). Consumers measured one after the other, each in a child of its own, inherited that
+drift: per-round differences of -1 to 203 ns for a figure of about 100. So one round is one child
+process in which the four contenders (raw and ours, implicit and explicit) read the topic side by
+side, **one batch each in turn**: every contender sees the same minutes of the machine, and a
+contender's figure for the round is its CPU outside upstream's poll over the records it read. Each
+contender's batch is freed on its own turn (the name holding it is reassigned after its next
+``poll()``, as an application's loop does). The order of the turns rotates by round. What a
+contender adds is the median over rounds of its per-round difference to the base, shown with the
+spread (min-max) of those differences.
+
+Peak RSS cannot be told apart in one process: each round also runs each contender alone, in a child
+of its own reading the topic once, and the line is ours' ``VmHWM`` over raw's of the same mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -49,23 +53,20 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD_TIMEOUT = 600
 MODES = ("implicit", "explicit")
 KINDS = ("raw", "safe")
-#: Passes per child, each a fresh share group and consumer (see the module).
-PASSES = 8
+NAMES = tuple(f"{k} {m}" for m in MODES for k in KINDS)
 #: The base each of ours is judged on, by mode: the floor for implicit mode (see the module).
 FLOOR = {"implicit": "raw explicit", "explicit": "raw explicit"}
 
-
-#: What one pass reports, per record: main-thread CPU, wall time, main-thread CPU outside upstream's
-#: ``ShareConsumer.poll`` (ns); the child adds its process's peak RSS (MiB, ``VmHWM``).
+#: What a round reports per contender and record: main-thread CPU, wall time, main-thread CPU
+#: outside upstream's ``ShareConsumer.poll`` (ns).
 CLOCKS = ("cpu", "wall", "outside")
 JUDGED = "outside"
 
 
-def measure(kind: str, mode: str, bootstrap: str, topic: str, records: int) -> tuple[list[dict[str, float]], float]:
-    """One child's passes (figures by clock, :data:`CLOCKS`) and its peak RSS."""
+def _child(args: list[str]) -> Any:
     _compile_library()
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.share", "--child", kind, mode, bootstrap, topic, str(records), str(PASSES)],
+        [sys.executable, "-m", "benchmarks.share", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -73,31 +74,34 @@ def measure(kind: str, mode: str, bootstrap: str, topic: str, records: int) -> t
         check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"{kind} {mode} child exited {proc.returncode}: {proc.stdout.strip()!r}")
-    passes, rss = json.loads(proc.stdout)
-    return [dict(zip(CLOCKS, map(float, one), strict=True)) for one in passes], float(rss)
+        raise RuntimeError(f"share child {args[:2]} exited {proc.returncode}: {proc.stdout.strip()!r}")
+    return json.loads(proc.stdout)
+
+
+def measure_round(bootstrap: str, topic: str, records: int, order: list[str]) -> dict[str, dict[str, float]]:
+    """One round: the contenders side by side in one child, taking turns in ``order`` (see the module)."""
+    got: dict[str, list[float]] = _child(["--round", bootstrap, topic, str(records), ",".join(order)])
+    return {name: dict(zip(CLOCKS, map(float, clocks), strict=True)) for name, clocks in got.items()}
+
+
+def measure_rss(name: str, bootstrap: str, topic: str, records: int) -> float:
+    """One contender alone in a child reading the topic once: its peak RSS (MiB)."""
+    kind, mode = name.split()
+    return float(_child(["--rss", kind, mode, bootstrap, topic, str(records)]))
 
 
 @dataclass
 class ShareRuns:
-    """Every pass of every round by contender (``"<kind> <mode>"``), each child's peak RSS, and the
-    figures taken from them (see the module)."""
+    """Every round's figures by contender (``"<kind> <mode>"``), each alone child's peak RSS, and the
+    lines taken from them (see the module)."""
 
-    passes: dict[str, list[list[dict[str, float]]]]
+    rounds: list[dict[str, dict[str, float]]]
     rss: dict[str, list[float]]
 
-    def _round(self, name: str, round_: int, clock: str) -> float:
-        return statistics.median(p[clock] for p in self.passes[name][round_])
-
     def added(self, name: str, base: str, clock: str) -> Figure:
-        """What ``name`` adds to ``base`` per record on ``clock``: the median of all its passes minus
-        ``base``'s, with the spread of the per-round differences."""
-        diffs = [self._round(name, r, clock) - self._round(base, r, clock) for r in range(len(self.passes[name]))]
-        return Figure(self.pooled(name, clock) - self.pooled(base, clock), min(diffs), max(diffs))
-
-    def pooled(self, name: str, clock: str) -> float:
-        """The median of all the contender's passes on ``clock``."""
-        return statistics.median(p[clock] for r in self.passes[name] for p in r)
+        """What ``name`` adds to ``base`` per record on ``clock``: the median of the per-round
+        differences, with their spread."""
+        return Figure.of([r[name][clock] - r[base][clock] for r in self.rounds])
 
     def rss_ratio(self, mode: str) -> Figure:
         """Ours' peak RSS over raw's of the same mode, round by round."""
@@ -106,21 +110,22 @@ class ShareRuns:
 
 
 def side_by_side(bootstrap: str, topic: str, records: int, rounds: int) -> ShareRuns:
-    """Every pass of every round, the four contenders' order rotating by round."""
-    names = [f"{k} {m}" for m in MODES for k in KINDS]
-    runs = ShareRuns({n: [] for n in names}, {n: [] for n in names})
+    """Every round, the contenders' order rotating by round."""
+    names = list(NAMES)
+    runs = ShareRuns([], {n: [] for n in names})
     for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            kind, mode = name.split()
-            passes, rss = measure(kind, mode, bootstrap, topic, records)
-            runs.passes[name].append(passes)
-            runs.rss[name].append(rss)
-            shown = " ".join(f"{p[JUDGED]:.0f}" for p in passes)
-            print(
-                f"  share poll() per record, round {r + 1} {name:13}: passes {shown} ns CPU outside upstream's poll, "
-                f"peak RSS {rss:.1f} MiB",
-                flush=True,
-            )
+        order = names[r % len(names) :] + names[: r % len(names)]
+        got = measure_round(bootstrap, topic, records, order)
+        runs.rounds.append(got)
+        for name in order:
+            runs.rss[name].append(measure_rss(name, bootstrap, topic, records))
+        base = got[FLOOR["implicit"]][JUDGED]
+        shown = ", ".join(f"{n} {got[n][JUDGED]:.0f} ({got[n][JUDGED] - base:+.0f})" for n in order)
+        rss = ", ".join(f"{n} {runs.rss[n][-1]:.1f}" for n in order)
+        print(
+            f"  share poll() per record, round {r + 1}: {shown} ns CPU outside upstream's poll; peak RSS {rss} MiB",
+            flush=True,
+        )
     return runs
 
 
@@ -132,92 +137,128 @@ def _peak_rss_mib() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
-def _pass(kind: str, mode: str, bootstrap: str, topic: str, records: int) -> list[float]:
-    """One pass: a fresh share group and consumer read the topic; per record, (CPU, wall, CPU outside)."""
-    import logging
+class _Contender:
+    """One contender of a round: its consumer, behind a probe timing upstream's ``poll`` call where it
+    is made (raw: called directly; ours: ``super().poll()`` inside ``SafeShareConsumer.poll``)."""
 
-    from confluent_kafka import ShareConsumer
-    from confluent_kafka.admin import AdminClient
+    def __init__(self, name: str, bootstrap: str, topic: str) -> None:
+        import logging
 
-    from safeconsumer import SafeShareConsumer
-    from safeconsumer.group._share import set_start
+        from confluent_kafka import ShareConsumer
+        from confluent_kafka.admin import AdminClient
 
-    inside = [0]  # main-thread CPU inside upstream's poll()
+        from safeconsumer import SafeShareConsumer
+        from safeconsumer.group._share import set_start
 
-    class Probe(ShareConsumer):
-        """Times upstream's ``poll`` call where ``SafeShareConsumer`` makes it (``super().poll()``)."""
+        contender = self
 
-        def poll(self, *args: Any, **kwargs: Any) -> Any:
-            began = time.thread_time_ns()
-            try:
-                return super().poll(*args, **kwargs)
-            finally:
-                inside[0] += time.thread_time_ns() - began
+        class Probe(ShareConsumer):
+            def poll(self, *args: Any, **kwargs: Any) -> Any:
+                began = time.thread_time_ns()
+                try:
+                    return super().poll(*args, **kwargs)
+                finally:
+                    contender.inside += time.thread_time_ns() - began
 
-    class ProbedSafe(SafeShareConsumer, Probe):
-        pass
+        class ProbedSafe(SafeShareConsumer, Probe):
+            pass
 
-    group = f"bench-share-{kind}-{mode}-{time.monotonic_ns()}"
-    quiet = logging.getLogger("bench.librdkafka")
-    quiet.propagate = False
-    quiet.addHandler(logging.NullHandler())
-    admin_conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": quiet}
-    set_start(AdminClient(admin_conf), group, "earliest")
-    conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "share.acknowledgement.mode": mode,
-        "logger": quiet,
-    }
-    c = ShareConsumer(conf) if kind == "raw" else ProbedSafe(conf)
-    c.subscribe([topic])
-    explicit = mode == "explicit"
-    got = 0
-    # The first batch (the group's join) is not timed.
-    while not got:
-        batch = c.poll(1.0)
-        for m in batch:
-            got += 1
-            if explicit:
-                c.acknowledge(m)
-    inside[0] = 0
-    clock = time.thread_time_ns
-    started_cpu, started_wall, timed = clock(), time.perf_counter_ns(), 0
-    acknowledge = c.acknowledge
-    while got < records:
-        if kind == "raw":
-            # The last batch is freed after the timed call (by the assignment): its records'
-            # deallocation is outside upstream's poll, as it is for ours (freed in our poll() after it).
-            began = clock()
-            polled = c.poll(1.0)
-            inside[0] += clock() - began
-            batch = polled
-        else:
-            batch = c.poll(1.0)
-        for m in batch:
-            timed += 1
-            if explicit:
+        kind, mode = name.split()
+        quiet = logging.getLogger("bench.librdkafka")
+        quiet.propagate = False
+        quiet.addHandler(logging.NullHandler())
+        group = f"bench-share-{kind}-{mode}-{time.monotonic_ns()}"
+        admin_conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": quiet}
+        set_start(AdminClient(admin_conf), group, "earliest")
+        conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "share.acknowledgement.mode": mode,
+            "logger": quiet,
+        }
+        self.name = name
+        self.explicit = mode == "explicit"
+        self.consumer = (Probe if kind == "raw" else ProbedSafe)(conf)
+        self.consumer.subscribe([topic])
+        self.inside = 0
+        self.cpu = self.wall = self.outside = 0
+        #: Records read in all (the join's first batch too), and those read on timed turns.
+        self.read = self.records = 0
+        self.batch: Any = None
+
+    def join(self) -> None:
+        """Until the first records (the group's join, not timed), acknowledged in explicit mode."""
+        while not self.read:
+            self.batch = self.consumer.poll(1.0)
+            for m in self.batch:
+                self.read += 1
+                if self.explicit:
+                    self.consumer.acknowledge(m)
+
+    def turn(self) -> None:
+        """One timed batch: ``poll(1.0)``, iterate it, and in explicit mode acknowledge each record.
+        The last batch is freed here, by the assignment after the poll (as in an application's loop)."""
+        consumer, clock = self.consumer, time.thread_time_ns
+        inside, wall, cpu = self.inside, time.perf_counter_ns(), clock()
+        self.batch = batch = consumer.poll(1.0)
+        n = 0
+        if self.explicit:
+            acknowledge = consumer.acknowledge
+            for m in batch:
+                n += 1
                 acknowledge(m)
-        got += len(batch)
-    cpu, wall = clock() - started_cpu, time.perf_counter_ns() - started_wall
-    c.close()
-    return [cpu / timed, wall / timed, (cpu - inside[0]) / timed]
+        else:
+            for _m in batch:
+                n += 1
+        del batch
+        spent = clock() - cpu
+        self.wall += time.perf_counter_ns() - wall
+        self.cpu += spent
+        self.outside += spent - (self.inside - inside)
+        self.records += n
+        self.read += n
 
 
-def _child(kind: str, mode: str, bootstrap: str, topic: str, records: int, *, passes: int) -> None:
-    got = [_pass(kind, mode, bootstrap, topic, records) for _ in range(passes)]
-    print(json.dumps([got, _peak_rss_mib()]), flush=True)
+def _round(bootstrap: str, topic: str, records: int, order: list[str]) -> dict[str, list[float]]:
+    contenders = [_Contender(name, bootstrap, topic) for name in order]
+    for c in contenders:
+        c.join()
+    reading = list(contenders)
+    while reading:
+        for c in list(reading):
+            c.turn()
+            if c.read >= records:
+                reading.remove(c)
+    for c in contenders:
+        c.batch = None
+        c.consumer.close()
+    return {c.name: [c.cpu / c.records, c.wall / c.records, c.outside / c.records] for c in contenders}
+
+
+def _rss(kind: str, mode: str, bootstrap: str, topic: str, records: int) -> float:
+    c = _Contender(f"{kind} {mode}", bootstrap, topic)
+    c.join()
+    while c.read < records:
+        c.turn()
+    c.batch = None
+    c.consumer.close()
+    return _peak_rss_mib()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--child", nargs=6, metavar=("KIND", "MODE", "BOOTSTRAP", "TOPIC", "RECORDS", "PASSES"))
-    parser.add_argument("--records", type=int, default=50_000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--round", nargs=4, metavar=("BOOTSTRAP", "TOPIC", "RECORDS", "ORDER"))
+    parser.add_argument("--rss", nargs=5, metavar=("KIND", "MODE", "BOOTSTRAP", "TOPIC", "RECORDS"))
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args(argv)
-    if args.child:
-        kind, mode, bootstrap, topic, records, passes = args.child
-        _child(kind, mode, bootstrap, topic, int(records), passes=int(passes))
+    if args.round:
+        bootstrap, topic, records, order = args.round
+        print(json.dumps(_round(bootstrap, topic, int(records), order.split(","))), flush=True)
+        return
+    if args.rss:
+        kind, mode, bootstrap, topic, records = args.rss
+        print(json.dumps(_rss(kind, mode, bootstrap, topic, int(records))), flush=True)
         return
     from safeconsumer.testing import KafkaTestKit, start_broker
 

@@ -1,0 +1,34 @@
+"""The share benchmark's figures: contenders side by side in each round (benchmarks/share.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.share import ShareRuns
+
+
+def _round(**by_name: float) -> dict[str, dict[str, float]]:
+    return {name.replace("_", " "): {"cpu": v + 100, "wall": v + 1000, "outside": v} for name, v in by_name.items()}
+
+
+def test_what_a_contender_adds_is_the_median_of_its_per_round_differences_with_their_spread() -> None:
+    runs = ShareRuns(
+        [
+            # A round where the machine ran slow moves both contenders: the difference stays.
+            _round(raw_explicit=500, safe_implicit=540),
+            _round(raw_explicit=800, safe_implicit=830),
+            _round(raw_explicit=450, safe_implicit=510),
+        ],
+        {},
+    )
+    added = runs.added("safe implicit", "raw explicit", "outside")
+    assert (added.median, added.low, added.high) == (40, 30, 60)
+    assert runs.added("safe implicit", "raw explicit", "wall").median == 40
+
+
+def test_peak_rss_is_ours_over_raw_s_of_the_same_mode_round_by_round() -> None:
+    runs = ShareRuns([], {"safe implicit": [50.0, 55.0, 48.0], "raw implicit": [50.0, 50.0, 40.0]})
+    ratio = runs.rss_ratio("implicit")
+    assert ratio.median == pytest.approx(1.1)
+    assert ratio.low == pytest.approx(1.0)
+    assert ratio.high == pytest.approx(1.2)
