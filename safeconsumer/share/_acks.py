@@ -242,6 +242,10 @@ class Acknowledgements(ShareConsumer):
         batch = self._batch
         if batch is None:
             return
+        if not (accept or committing or batch.pending or batch.unsent or self._overruns.unsaid) and (
+            time.monotonic() <= batch.lock_end
+        ):
+            return  # explicit mode's usual poll(): nothing to release, accept, send late or report
         if batch.pending:
             self._flush_pending(batch)
         accepted = None

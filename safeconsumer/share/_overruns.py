@@ -40,29 +40,30 @@ class Overruns:
         self.count = 0
         #: Partitions with a record acknowledged late, since the last ``commit_sync()``.
         self._late: dict[PartitionKey, set[int]] = {}
-        #: Of those, the ones no WARNING named yet, and the longest time one was held.
-        self._unsaid: dict[PartitionKey, set[int]] = {}
+        #: Of those, the ones no WARNING named yet (empty: nothing to say), and the longest time one was held.
+        self.unsaid: dict[PartitionKey, set[int]] = {}
         self._unsaid_held = 0.0
 
     def add(self, records: list[Message], held: float) -> None:
         """Records whose acknowledgements go after their lock ran out: counted now, said once (:meth:`say`)."""
         keys = [(m.topic(), m.partition(), m.offset()) for m in records]
         self._telemetry.lock_overrun(len(keys))
+        counted = self.count
         for topic, partition, offset in keys:
             if topic is None or partition is None or offset is None:
                 continue
             self.count += 1
             self._late.setdefault((topic, partition), set()).add(offset)
-            self._unsaid.setdefault((topic, partition), set()).add(offset)
-        if keys:
+            self.unsaid.setdefault((topic, partition), set()).add(offset)
+        if self.count > counted:  # held goes with what is said: none without an unsaid record
             self._unsaid_held = max(self._unsaid_held, held)
 
     def say(self, lock_seconds: float) -> None:
         """One WARNING for the late acknowledgements not said yet."""
-        if not self._unsaid:  # the usual call (every poll()): nothing to say, nothing allocated
+        if not self.unsaid:  # the usual call (every poll()): nothing to say, nothing allocated
             self._unsaid_held = 0.0
             return
-        unsaid, self._unsaid = self._unsaid, {}
+        unsaid, self.unsaid = self.unsaid, {}
         held, self._unsaid_held = self._unsaid_held, 0.0
         named = ", ".join(
             f"{topic} [{partition}] @ {min(offsets)}" + (f"..{max(offsets)}" if len(offsets) > 1 else "")
