@@ -23,8 +23,9 @@ alternating with its peers (the order rotates by round), medians over rounds:
   ``await poll()``;
 - ``SafeShareConsumer.poll()`` against raw ``ShareConsumer``: what it adds per record in main-thread
   CPU outside upstream's ``poll`` call, judged on the floor (raw explicit mode acknowledging every
-  record ACCEPT) in both modes and reported above raw implicit mode for implicit mode; whole
-  main-thread CPU and wall time (reported), and the children's peak RSS (:mod:`benchmarks.share`);
+  record ACCEPT) in both modes and reported above raw implicit mode for implicit mode, the four
+  contenders reading side by side in one child per round; whole main-thread CPU and wall time
+  (reported), and each contender's peak RSS alone in a child (:mod:`benchmarks.share`);
 - CPU of a parked ``SafeConsumer`` (inside ``keepalive()``, 4 partitions assigned) over
   ``--parked-seconds``, in % of one core.
 
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parked-seconds", type=float, default=20.0)
     parser.add_argument("--per-record-records", type=int, default=200_000)
     parser.add_argument("--per-record-rounds", type=int, default=9)
-    parser.add_argument("--share-records", type=int, default=100_000)
+    parser.add_argument("--share-records", type=int, default=200_000)
     parser.add_argument("--share-rounds", type=int, default=9)
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the results file goes")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """What ``SafeShareConsumer.poll()`` adds per record, judged on the floor (SPEC's Budgets table).
 
-    python -m benchmarks.share [--records 100000] [--rounds 9]          (starts its own broker)
+    python -m benchmarks.share [--records 200000] [--rounds 9]          (starts its own broker)
     python -m benchmarks.share --round BOOTSTRAP TOPIC RECORDS ORDER
     python -m benchmarks.share --rss KIND MODE BOOTSTRAP TOPIC RECORDS
 
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--round", nargs=4, metavar=("BOOTSTRAP", "TOPIC", "RECORDS", "ORDER"))
     parser.add_argument("--rss", nargs=5, metavar=("KIND", "MODE", "BOOTSTRAP", "TOPIC", "RECORDS"))
-    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args(argv)
     if args.round:
