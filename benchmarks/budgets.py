@@ -251,8 +251,7 @@ def _share(args: argparse.Namespace) -> list[Line]:
     """What ``SafeShareConsumer.poll()`` adds per record, on the floor (:mod:`benchmarks.share`): raw
     ``ShareConsumer`` in explicit mode acknowledging every record ACCEPT. On a broker of its own: what
     the judged clock measures runs on caches the broker's JVM shares, and a broker carrying the
-    sections before (millions of records, hundreds of groups) more than doubled both modes' figures
-    (implicit +232 ns, explicit +135 ns, against +75 to +100 and +50 to +70 on a fresh one)."""
+    sections before (millions of records, hundreds of groups) more than doubled both modes' figures."""
     from . import share
 
     with start_broker() as broker:

@@ -60,8 +60,7 @@ class Overruns:
 
     def say(self, lock_seconds: float) -> None:
         """One WARNING for the late acknowledgements not said yet."""
-        if not self.unsaid:  # the usual call (every poll()): nothing to say, nothing allocated
-            self._unsaid_held = 0.0
+        if not self.unsaid:  # the usual call (every poll()): nothing to say, nothing held
             return
         unsaid, self.unsaid = self.unsaid, {}
         held, self._unsaid_held = self._unsaid_held, 0.0
