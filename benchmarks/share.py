@@ -236,12 +236,8 @@ def _round(bootstrap: str, topic: str, records: int, order: list[str]) -> dict[s
 
 
 def _rss(kind: str, mode: str, bootstrap: str, topic: str, records: int) -> float:
-    c = _Contender(f"{kind} {mode}", bootstrap, topic)
-    c.join()
-    while c.read < records:
-        c.turn()
-    c.batch = None
-    c.consumer.close()
+    """One contender alone: a round of one, then its process's peak RSS."""
+    _round(bootstrap, topic, records, [f"{kind} {mode}"])
     return _peak_rss_mib()
 
 
