@@ -24,12 +24,26 @@ share the machine's cores and caches with it, and the first work after each ``po
 on cold caches). Consumers measured one after the other, each in a child of its own, inherited that
 drift: per-round differences of -1 to 203 ns for a figure of about 100. So one round is one child
 process in which the four contenders (raw and ours, implicit and explicit) read the topic side by
-side, **one batch each in turn**: every contender sees the same minutes of the machine, and a
-contender's figure for the round is its CPU outside upstream's poll over the records it read. Each
-contender's batch is freed on its own turn (the name holding it is reassigned after its next
-``poll()``, as an application's loop does). The order of the turns rotates by round. What a
-contender adds is the median over rounds of its per-round difference to the base, shown with the
-spread (min-max) of those differences.
+side, **a few batches each in turn** (:data:`TURN_BATCHES`): every contender sees the same minutes of
+the machine, and a contender's figure for the round is its CPU outside upstream's poll over the
+records it read. Each contender's batch is freed on its own turn (the name holding it is reassigned
+after its next ``poll()``, as an application's loop does). The order of the turns rotates by round.
+What a contender adds is the median over rounds of its per-round difference to the base, shown with
+the spread (min-max) of those differences.
+
+Why a few batches a turn, not one: with one, every ``poll()`` of ours came after the other
+contenders' turns, never after its own, so the figure measured the harness as much as the consumer.
+Raw's work after a poll is the harness's own loop, warm from every contender's turn; ours (its
+bookkeeping, and implicit mode's acceptance of the batch the application came back from) ran on what
+the other turns had left in the caches, and grew with their number: with six contenders instead of
+four, +68 and +121 ns where four gave +25 and +60 (explicit, implicit). With four batches a turn,
+the same code gave +13 and +20 ns with six contenders and +12 and +22 with four. An application polls
+again right after its own work, as each contender now does within its turn.
+
+A figure per record depends on the size of the batches: what ours adds is mostly per batch. A
+topic's first records come in larger batches than the rest (this one's first 200,000 records: about
+1,800 a batch on average; the next 200,000: about 700), so the summary also gives the records per
+batch the round read.
 
 Peak RSS cannot be told apart in one process: each round also runs each contender alone, in a child
 of its own reading the topic once, and the line is ours' ``VmHWM`` over raw's of the same mode.
@@ -39,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -61,6 +76,10 @@ FLOOR = {"implicit": "raw explicit", "explicit": "raw explicit"}
 #: outside upstream's ``ShareConsumer.poll`` (ns).
 CLOCKS = ("cpu", "wall", "outside")
 JUDGED = "outside"
+#: Beside the clocks: records per batch.
+BATCH = "batch"
+#: Batches a contender reads in a row on its turn (see the module).
+TURN_BATCHES = 4
 
 
 def _child(args: list[str]) -> Any:
@@ -81,7 +100,7 @@ def _child(args: list[str]) -> Any:
 def measure_round(bootstrap: str, topic: str, records: int, order: list[str]) -> dict[str, dict[str, float]]:
     """One round: the contenders side by side in one child, taking turns in ``order`` (see the module)."""
     got: dict[str, list[float]] = _child(["--round", bootstrap, topic, str(records), ",".join(order)])
-    return {name: dict(zip(CLOCKS, map(float, clocks), strict=True)) for name, clocks in got.items()}
+    return {name: dict(zip((*CLOCKS, BATCH), map(float, figures), strict=True)) for name, figures in got.items()}
 
 
 def measure_rss(name: str, bootstrap: str, topic: str, records: int) -> float:
@@ -102,6 +121,10 @@ class ShareRuns:
         """What ``name`` adds to ``base`` per record on ``clock``: the median of the per-round
         differences, with their spread."""
         return Figure.of([r[name][clock] - r[base][clock] for r in self.rounds])
+
+    def batch_size(self, name: str) -> float:
+        """The records per batch ``name`` read, over all rounds (a round's figure weighs as one)."""
+        return statistics.mean(r[name][BATCH] for r in self.rounds)
 
     def rss_ratio(self, mode: str) -> Figure:
         """Ours' peak RSS over raw's of the same mode, round by round."""
@@ -182,8 +205,8 @@ class _Contender:
         self.consumer.subscribe([topic])
         self.inside = 0
         self.cpu = self.wall = self.outside = 0
-        #: Records read in all (the join's first batch too), and those read on timed turns.
-        self.read = self.records = 0
+        #: Records read in all (the join's first batch too), and those read on timed turns, in batches.
+        self.read = self.records = self.batches = 0
         self.batch: Any = None
 
     def join(self) -> None:
@@ -217,6 +240,7 @@ class _Contender:
         self.outside += spent - (self.inside - inside)
         self.records += n
         self.read += n
+        self.batches += n > 0
 
 
 def _round(bootstrap: str, topic: str, records: int, order: list[str]) -> dict[str, list[float]]:
@@ -226,13 +250,18 @@ def _round(bootstrap: str, topic: str, records: int, order: list[str]) -> dict[s
     reading = list(contenders)
     while reading:
         for c in list(reading):
-            c.turn()
-            if c.read >= records:
-                reading.remove(c)
+            for _ in range(TURN_BATCHES):
+                c.turn()
+                if c.read >= records:
+                    reading.remove(c)
+                    break
     for c in contenders:
         c.batch = None
         c.consumer.close()
-    return {c.name: [c.cpu / c.records, c.wall / c.records, c.outside / c.records] for c in contenders}
+    return {
+        c.name: [c.cpu / c.records, c.wall / c.records, c.outside / c.records, c.records / max(1, c.batches)]
+        for c in contenders
+    }
 
 
 def _rss(kind: str, mode: str, bootstrap: str, topic: str, records: int) -> float:
@@ -275,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{runs.added(ours, f'raw {mode}', 'cpu').show()} CPU, "
             f"{runs.added(ours, f'raw {mode}', 'wall').show()} wall over raw {mode}; "
             f"peak RSS {ratio.median:.2f}x "
-            f"(spread {ratio.low:.2f} to {ratio.high:.2f})"
+            f"(spread {ratio.low:.2f} to {ratio.high:.2f}); {runs.batch_size(ours):.0f} records a batch"
         )
 
 

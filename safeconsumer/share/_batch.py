@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import math
 import threading
 import time
 import weakref
@@ -42,12 +43,26 @@ def is_record(message: Message) -> bool:
 class Batch:
     """One poll's records and what became of them."""
 
+    # What most batches keep as they start are the class's values (set on the instance when they change).
+    #: Every record of the batch is acknowledged (implicit mode: all accepted at once, see
+    #: :meth:`settle_all`); :attr:`settled` is then not kept up.
+    all_settled = False
+    #: Seconds ``handle()`` spent and how many records it finished: the pace at which the
+    #: application works through the batch (see :meth:`fits`).
+    busy = 0.0
+    handles = 0
+    #: Whether the batch holds no error event (None: not looked at yet; see :meth:`look_clean`).
+    clean: bool | None = None
+
     def __init__(self, records: list[Message], lock_seconds: float, hold_seconds: float | None = None) -> None:
         """``hold_seconds``: how long the member may hold the batch (the lock, or less: see the
         consumer's ``max.poll.interval.ms``); records not reached are given back at :data:`RELEASE_AT` of it."""
+        #: Every record of the poll, in order: what ``SafeMessages`` holds (``len()``, indexing).
         self.records = records
-        #: The list the application's iterators walk; cut short to stop them.
-        self.live = list(records)
+        #: The list the application's iterators walk; cut short to stop them. It is :attr:`records`
+        #: itself until something is taken out of it (see :meth:`part`): most batches are never cut,
+        #: and a copy of every batch would cost each record.
+        self.live = records
         self.iterators: list[Iterator[Message]] = []
         self.at = time.monotonic()
         self.release_at = self.at + (lock_seconds if hold_seconds is None else hold_seconds) * RELEASE_AT
@@ -56,25 +71,21 @@ class Batch:
         self.handled: set[int] = set()
         #: id() of records the consumer acknowledged itself (released, rejected, or accepted by handle()).
         self.settled: set[int] = set()
-        #: Every record of the batch is acknowledged (implicit mode: all accepted at once, see
-        #: :meth:`settle_all`); :attr:`settled` is then not kept up.
-        self.all_settled = False
         #: Records the consumer accepted or rejected whose acknowledgements were not sent yet (sent
         #: after their lock ran out, they are lock overruns; a release never is one).
         self.unsent: list[Message] = []
         #: Explicit mode: id() of records handed out before the last send (the application's own
         #: acknowledgements of them went with it).
         self.sent: set[int] = set()
-        #: Seconds ``handle()`` spent and how many records it finished: the pace at which the
-        #: application works through the batch (see :meth:`fits`).
-        self.busy = 0.0
-        self.handles = 0
         #: Records cut from :attr:`live`, to be released on the application's thread.
         self.pending: list[Message] = []
         self.lock = threading.Lock()
-        #: Called by the watch at :attr:`release_at` after a cut, or with acknowledgements unsent (the
-        #: consumer releases and sends, if it may now).
-        self.on_cut: Callable[[Batch], object] | None = None
+
+    def part(self) -> None:
+        """Before :attr:`live` loses records (under :attr:`lock`): :attr:`records` becomes a list of its
+        own, whole, and :attr:`live` stays the list the iterators walk."""
+        if self.live is self.records:
+            self.records = list(self.live)
 
     def position(self) -> int:
         """How many records of :attr:`live` the furthest iterator handed out."""
@@ -91,6 +102,7 @@ class Batch:
             rest = self.live[position:]
             if not rest:
                 return []
+            self.part()
             del self.live[position:]
             # A record handle() ran on is in the application's hands: not ours to give back.
             cut = [m for m in rest if id(m) not in self.handled]
@@ -128,17 +140,27 @@ class Batch:
         pace = self.busy / self.handles if self.handles else attempt
         return time.monotonic() + wait + attempt + max(0, rest) * pace <= self.release_at
 
+    def look_clean(self) -> bool:
+        """Whether the batch holds no error event: one C call per record, cheapest right after the poll
+        that made the records (implicit mode looks then: its acceptance at the next poll needs it)."""
+        clean = self.clean
+        if clean is None:
+            clean = self.clean = not any(map(Message.error, self.records))
+        return clean
+
     def unsettled(self) -> list[Message]:
         """Every record of the batch the consumer did not acknowledge itself (error records excluded:
         librdkafka acknowledged them)."""
         if self.all_settled:
             return []
-        settled = self.settled
-        if not settled:
-            if not any(map(Message.error, self.records)):  # one C call per record: the usual batch
-                return self.records
-            return [m for m in self.records if m.error() is None or is_record(m)]
-        return [m for m in self.records if id(m) not in settled and (m.error() is None or is_record(m))]
+        records, settled = self.records, self.settled
+        if not settled and self.look_clean():  # the usual batch
+            # The list itself, read in C by the caller before the watch could cut it (a cut in between
+            # leaves out what the application never reached: it goes back with the cut).
+            return records
+        with self.lock:  # a cut meanwhile would shorten the list read here
+            records = self.records
+            return [m for m in records if id(m) not in settled and (m.error() is None or is_record(m))]
 
 
 def taken_records(messages: Messages) -> list[Message]:
@@ -150,16 +172,27 @@ def taken_records(messages: Messages) -> list[Message]:
 
 
 class SafeMessages(Messages):
-    """Upstream's ``Messages``, whose iterator walks :attr:`Batch.live` (see the module). A slice
-    (upstream's ``_from_list``) is a list of its own: its iterator walks it whole."""
+    """Upstream's ``Messages``, whose iterator walks :attr:`Batch.live` (see the module). Its sequence
+    (``len()``, indexing, ``records()``) is :attr:`Batch.records`, whole after a cut. A slice (upstream's
+    ``_from_list``) is a list of its own: its iterator walks it whole."""
 
     _batch: Batch | None = None
+    _own: list[Message]
 
     def __init__(self, records: list[Message], batch: Batch | None) -> None:
-        # ``records`` is adopted, not copied (as upstream's ``Messages._from_list`` does): it is
-        # :attr:`Batch.records`, which nothing changes once the batch is handed out.
-        self._records = records
+        # ``records`` is adopted, not copied (as upstream's ``Messages._from_list`` does).
+        self._own = records
         self._batch = batch
+
+    @property
+    def _records(self) -> list[Message]:
+        """Upstream's methods read the sequence here: the batch's, whole (a cut parts it from :attr:`Batch.live`)."""
+        batch = self._batch
+        return self._own if batch is None else batch.records
+
+    @_records.setter
+    def _records(self, records: list[Message]) -> None:  # upstream's _from_list (a slice)
+        self._own = records
 
     def __iter__(self) -> Iterator[Message]:
         batch = self._batch
@@ -170,26 +203,52 @@ class SafeMessages(Messages):
         return it
 
 
+class Watched:
+    """What the watch knows of one consumer: the batch it holds last (weakly), when the watch looks at
+    it next, and what it calls at a batch's release point after a cut, or with acknowledgements
+    unsent (the consumer releases and sends, if it may now)."""
+
+    __slots__ = ("batch", "due", "on_cut")
+
+    def __init__(self, on_cut: Callable[[Batch], object]) -> None:
+        self.batch: weakref.ref[Batch] | None = None
+        #: When the watch looks next (infinity: it does not; the consumer's next batch asks it to).
+        self.due = math.inf
+        self.on_cut = on_cut
+
+
 class Watch:
-    """One daemon thread for the process: cuts each batch at its :attr:`Batch.release_at`. It holds
-    batches weakly, never a consumer."""
+    """One daemon thread for the process: cuts each consumer's batch at its :attr:`Batch.release_at`.
+    It holds batches weakly, never a consumer: one entry a consumer, whatever its number of batches,
+    so that handing a batch over costs a few steps (see :meth:`watch`)."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, weakref.ref[Batch]]] = []
+        self._heap: list[tuple[float, int, Watched]] = []
         self._counter = itertools.count()
         #: A plain lock under the condition: ``with self._lock`` is entered in C (a Condition's own
-        #: ``__enter__``/``__exit__`` are Python calls, two per batch).
+        #: ``__enter__``/``__exit__`` are Python calls).
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
 
-    def watch(self, batch: Batch) -> None:
+    def watch(self, watched: Watched, batch: Batch) -> None:
+        """``batch`` is the consumer's now. The watch is asked only when it looks later than the batch's
+        release point, or not at all (the usual batch: the watch, on waking for the one before, finds
+        this one and sleeps until its time)."""
+        watched.batch = weakref.ref(batch)  # written before ``due`` is read; the thread, the other way round
+        if batch.release_at < watched.due:
+            self._look_at(watched, batch.release_at)
+
+    def _look_at(self, watched: Watched, at: float) -> None:
         with self._lock:
-            heapq.heappush(self._heap, (batch.release_at, next(self._counter), weakref.ref(batch)))
+            if at >= watched.due:
+                return
+            watched.due = at
+            heapq.heappush(self._heap, (at, next(self._counter), watched))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="safeconsumer-share-watch", daemon=True)
                 self._thread.start()
-            elif self._heap[0][2]() is batch:
+            elif self._heap[0][2] is watched:
                 self._cond.notify()
 
     def _run(self) -> None:
@@ -197,12 +256,21 @@ class Watch:
             with self._lock:
                 while not self._heap or self._heap[0][0] > time.monotonic():
                     self._cond.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
-                _, _, ref = heapq.heappop(self._heap)
-            batch = ref()
-            if batch is not None and (batch.cut() or batch.unsent) and batch.on_cut is not None:
+                due, _, watched = heapq.heappop(self._heap)
+                if due != watched.due:  # an earlier look was asked for since (and is done)
+                    continue
+                watched.due = math.inf  # written before the batch is read (see watch())
+            ref = watched.batch
+            batch = None if ref is None else ref()
+            if batch is None:
+                continue
+            if batch.release_at > time.monotonic():  # a later batch: its own time
+                self._look_at(watched, batch.release_at)
+                continue
+            if batch.cut() or batch.unsent:
                 # A failure leaves them pending: the consumer releases them at the application's next call.
                 with contextlib.suppress(Exception):
-                    batch.on_cut(batch)
+                    watched.on_cut(batch)
 
 
 WATCH = Watch()

@@ -54,6 +54,7 @@ import sys
 import threading
 import time
 import weakref
+from _thread import get_ident
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -78,7 +79,7 @@ from ..base._errors import (
 from ..group._share import STARTS, GroupLook, GroupSettings, Start
 from ..poison._policy import DeadLetter, PoisonHandler, check_policy
 from ._acks import Acknowledgements
-from ._batch import WATCH, Batch, SafeMessages, taken_records
+from ._batch import WATCH, Batch, SafeMessages, Watched, taken_records
 from ._fatal import fatal_of, say_left
 from ._last_delivery import copy_last_deliveries
 from ._overruns import Overruns
@@ -173,6 +174,7 @@ class SafeShareConsumer(Acknowledgements):
         #: What the application subscribed to, and its pause marks (S6).
         self._wanted: list[str] | None = None
         self._paused = PauseMarks()
+        self._pausing = False  # whether any mark is set (read by every poll())
         #: The subscription librdkafka has is to change at the next poll() (a pause mark changed).
         self._resubscribe = False
         #: Records given back before their locks ran out because the application had not reached them.
@@ -183,6 +185,8 @@ class SafeShareConsumer(Acknowledgements):
         self._writer = BrokerAwareWriter(self._group, admin_config(conf, "dead-letters"), lambda: look.broker_copies)
         me = weakref.ref(self)
         self._poison = self._poison_handler(policy, self._writer)
+        #: S4: records on their last delivery are copied before they are handed out (unless the broker does).
+        self._copies_last = policy if isinstance(policy, DeadLetter) else None
         register(
             self,
             SharePort(
@@ -193,8 +197,8 @@ class SafeShareConsumer(Acknowledgements):
                 lock=self._lock,
             ),
         )
-        #: What the watch calls at a batch's release point (one for every batch; weak, as above).
-        self._on_cut: Callable[[Batch], object] = lambda cut: call(me, "_flush_from_watch", cut)
+        #: What the watch knows of this consumer; it calls back weakly, as above.
+        self._watched = Watched(lambda cut: call(me, "_flush_from_watch", cut))
         #: How many handle() calls are under way (SafeAIOShareConsumer may run several).
         self._in_handle = 0
         if self._implicit:  # weakly bound: no reference cycle keeps a dropped consumer (S8)
@@ -250,12 +254,20 @@ class SafeShareConsumer(Acknowledgements):
         return answer
 
     def poll(self, *args: Any, **kwargs: Any) -> Any:
-        self._enter()
+        # _enter() and _leave() written out: each call in poll() costs every record a little (Budgets).
+        if self._fatal is not None or not self._lock.acquire(False):
+            self._enter()  # raises the fatal error, or refuses another thread, or waits for the timer
+        else:
+            self._depth += 1
+            self._inside = get_ident()
         try:
             return self._poll(*args, **kwargs)
         finally:
             self._last_poll = time.monotonic()
-            self._leave()
+            self._depth -= 1
+            if not self._depth:
+                self._inside = None
+            self._lock.release()
 
     # A share consumer is single-threaded: upstream answers a call made while another thread is inside
     # one with ConcurrentModificationException. The calls that take the consumer's lock answer so too
@@ -265,8 +277,8 @@ class SafeShareConsumer(Acknowledgements):
         own for poll() and commit_*(), naming both threads)."""
         if self._fatal is not None:  # every call after a fatal error raises it (S7)
             raise self._fatal
-        me = threading.get_ident()
-        if not self._lock.acquire(blocking=False):
+        me = get_ident()
+        if not self._lock.acquire(False):
             inside = self._inside
             if inside is not None and inside != me:
                 raise ConcurrentModificationException(
@@ -286,14 +298,19 @@ class SafeShareConsumer(Acknowledgements):
 
     def _poll(self, *args: Any, **kwargs: Any) -> Any:
         if not self._closed:
-            self._came_back(accept=self._implicit)  # implicit: what the application was handed is processed
+            # Implicit: what the application was handed is processed. Explicit mode's usual poll() has
+            # nothing to release, accept, send late or report.
+            if (batch := self._batch) is not None and (self._implicit or batch.pending or batch.unsent):
+                self._came_back(accept=self._implicit)
+            elif batch is not None and (self._overruns.unsaid or time.monotonic() > batch.lock_end):
+                self._came_back(accept=False)
             if self._resubscribe:
                 if self._batch is not None:
                     with contextlib.suppress(KafkaException):
                         super().commit_sync(10.0)  # what the application was handed, settled before the change
                     self._batch = None
                 self._subscribe_effective()
-            if self._wanted and self._paused and not self._effective():
+            if self._pausing and self._wanted and not self._paused.effective(self._wanted):
                 return self._paused_poll(*args, **kwargs)
         try:
             messages = super().poll(*args, **kwargs)
@@ -308,6 +325,8 @@ class SafeShareConsumer(Acknowledgements):
             return messages
         lock = self._look.lock_seconds  # the group's, or the shortest a broker allows while it is unread
         batch = self._batch = Batch(records, lock, min(lock, self._max_poll))
+        if self._implicit:  # its acceptance at the next poll() looks for error events: now, in the cache
+            batch.look_clean()
         if self._withholds:
             try:
                 self._withhold(batch)
@@ -317,17 +336,15 @@ class SafeShareConsumer(Acknowledgements):
                 raise
             if not batch.records:
                 return SafeMessages([], None)
-        # The watch may release and send while the application works without calling the consumer.
-        batch.on_cut = self._on_cut
-        WATCH.watch(batch)
-        self._look.maybe_refresh(batch.at)
         if "opentelemetry" in sys.modules:  # the delivery-count histogram costs a call per record
-            for m in records:
-                if (count := m.delivery_count() or 1) > 1:
-                    self._telemetry.redelivered(count)
-        if isinstance(self._poison.policy, DeadLetter) and not self._look.broker_copies:
-            self._last_deliveries(records, self._poison.policy)
-        return SafeMessages(batch.records, batch)
+            self._telemetry.redeliveries(records)
+        if self._copies_last is not None and not self._look.broker_copies:  # S4, before it is handed out
+            copy_last_deliveries(records, self._copies_last, self._look, self._writer)
+        # The watch may release and send while the application works without calling the consumer;
+        # from here on a cut may shorten ``records`` (Batch.live), so what reads it whole comes first.
+        WATCH.watch(self._watched, batch)
+        self._look.maybe_refresh(batch.at)
+        return SafeMessages(records, batch)
 
     #: Whether :meth:`_withhold` looks at each new batch (a subclass's; see SafeDeserializingShareConsumer).
     _withholds = False
@@ -437,6 +454,7 @@ class SafeShareConsumer(Acknowledgements):
             if not isinstance(batch, Batch) or batch is not self._batch or self._closed:
                 return 0
             with batch.lock:
+                batch.part()
                 del batch.live[:]  # no iterator hands anything of it out
             records = batch.unsettled()
             self._release(batch, records)
@@ -514,13 +532,11 @@ class SafeShareConsumer(Acknowledgements):
         return self._poison
 
     # -- pause (S6) -------------------------------------------------------------------------
-    def _effective(self) -> list[str]:
-        return self._paused.effective(self._wanted or [])
-
     def _apply_pauses(self, *, now: bool = False) -> None:
         """Give back at once what was handed out of a paused topic and not reached, and hand
         librdkafka the subscription minus the paused topics: at once with ``now`` (a new
         subscription), else at the next ``poll()``, once what the application holds is acknowledged."""
+        self._pausing = bool(self._paused)
         if self._wanted is None:
             return
         batch = self._batch
@@ -538,7 +554,7 @@ class SafeShareConsumer(Acknowledgements):
         if not self._resubscribe or self._wanted is None:
             return
         self._resubscribe = False
-        effective = self._effective()
+        effective = self._paused.effective(self._wanted)
         if effective:
             super().subscribe(effective)
         else:
@@ -581,8 +597,3 @@ class SafeShareConsumer(Acknowledgements):
         if self._on_fatal == "exit":
             exit_process(EXIT_GROUP_MAX_SIZE if isinstance(fatal, GroupMaxSizeReachedError) else EXIT_FATAL)
         raise fatal from None
-
-    def _last_deliveries(self, records: list[Message], policy: DeadLetter) -> None:
-        """S4: records on their last delivery go to the dead-letter topic before the application sees
-        them (see :func:`copy_last_deliveries`)."""
-        copy_last_deliveries(records, policy, self._look, self._writer)

@@ -67,6 +67,7 @@ class PauseMarks:
         ]
         if stopped:
             with batch.lock:
+                batch.part()
                 gone = {id(m) for m in stopped}
                 batch.live[position:] = [m for m in batch.live[position:] if id(m) not in gone]
         return stopped

@@ -19,6 +19,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from confluent_kafka import Message
+
 from ..base._telemetry import LazyTelemetry
 
 if TYPE_CHECKING:
@@ -93,3 +95,9 @@ class ShareTelemetry(LazyTelemetry):
         instruments = self._share()
         if instruments is not None:
             instruments["deliveries"].record(count, self._attributes)
+
+    def redeliveries(self, records: list[Message]) -> None:
+        """The delivery count of each record of a batch handed out again."""
+        for m in records:
+            if (count := m.delivery_count() or 1) > 1:
+                self.redelivered(count)

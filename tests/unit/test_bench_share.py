@@ -32,3 +32,9 @@ def test_peak_rss_is_ours_over_raw_s_of_the_same_mode_round_by_round() -> None:
     assert ratio.median == pytest.approx(1.1)
     assert ratio.low == pytest.approx(1.0)
     assert ratio.high == pytest.approx(1.2)
+
+
+def test_the_records_per_batch_are_the_mean_over_rounds() -> None:
+    rounds = [_round(safe_explicit=1.0), _round(safe_explicit=2.0)]
+    rounds[0]["safe explicit"]["batch"], rounds[1]["safe explicit"]["batch"] = 1800.0, 600.0
+    assert ShareRuns(rounds, {}).batch_size("safe explicit") == 1200.0

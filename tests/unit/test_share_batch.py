@@ -50,7 +50,7 @@ def test_a_batch_settled_whole_has_nothing_unsettled_handed_out_or_to_cut() -> N
 
 def test_a_cut_takes_what_no_iterator_reached_except_handled_records() -> None:
     records = _records(5)
-    batch = Batch(records, 30.0)
+    batch = Batch(list(records), 30.0)  # the batch adopts its list: the cut shortens it
     it = iter(SafeMessages(records, batch))
     next(it), next(it)
     batch.handled.add(id(records[3]))
@@ -89,3 +89,26 @@ def test_without_a_pace_yet_the_failed_attempt_is_the_pace() -> None:
     next(iter(SafeMessages(records, batch)))
     assert batch.fits(wait=0.5, attempt=1.0)  # 0.5 + 1 + 3 * 1 = 4.5 s
     assert not batch.fits(wait=0.5, attempt=1.5)  # 0.5 + 1.5 + 3 * 1.5 = 6.5 s
+
+
+def test_a_batch_never_cut_walks_its_own_list_without_a_copy() -> None:
+    records = _records(4)
+    batch = Batch(records, 30.0)
+    assert batch.live is records and batch.records is records
+    assert list(SafeMessages(records, batch)) == records
+
+
+def test_after_a_cut_the_sequence_stays_whole_and_the_iterators_stop() -> None:
+    records = _records(6)
+    batch = Batch(list(records), 30.0)
+    messages = SafeMessages(batch.records, batch)
+    it = iter(messages)
+    next(it), next(it)
+    assert batch.cut() == records[2:]
+    assert list(it) == [] and list(messages) == records[:2]  # a new iterator stops there too
+    assert len(messages) == 6 and messages[5] is records[5] and messages.records() == records
+    assert batch.records == records and batch.live == records[:2]
+    assert batch.unsettled() == records  # nothing settled yet: the pending go back on the next flush
+    batch.take_pending()
+    assert batch.unsettled() == records[:2]
+    assert batch.cut() == []  # parted once: a second cut takes nothing and copies nothing
