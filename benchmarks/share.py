@@ -35,9 +35,9 @@ Why a few batches a turn, not one: with one, every ``poll()`` of ours came after
 contenders' turns, never after its own, so the figure measured the harness as much as the consumer.
 Raw's work after a poll is the harness's own loop, warm from every contender's turn; ours (its
 bookkeeping, and implicit mode's acceptance of the batch the application came back from) ran on what
-the other turns had left in the caches, and grew with their number: with six contenders instead of
-four, +68 and +121 ns where four gave +25 and +60 (explicit, implicit). With four batches a turn,
-the same code gave +13 and +20 ns with six contenders and +12 and +22 with four. An application polls
+the other turns had left in the caches. On 200,000-record rounds, one batch a turn read +25 to +38 ns
+(explicit) and +60 to +66 (implicit) with four contenders, explicit +38 to +48 with six; four
+batches a turn read +12 and +22 with four contenders, +13 and +20 with six. An application polls
 again right after its own work, as each contender now does within its turn.
 
 A figure per record depends on the size of the batches: what ours adds is mostly per batch. A
