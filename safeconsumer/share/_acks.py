@@ -247,11 +247,9 @@ class Acknowledgements(ShareConsumer):
             self._flush_pending(batch)
         accepted = None
         if accept:
-            # The usual batch (nothing settled, no error event: see Batch.unsettled) is accepted whole.
-            clean = batch.clean and not batch.settled and not batch.all_settled
-            accepted = batch.records if clean else batch.unsettled()
+            accepted = batch.unsettled()
             self._accept_all(accepted)
-            batch.all_settled = True  # Batch.settle_all()
+            batch.settle_all()
             if "opentelemetry" in sys.modules:  # (a call less for every batch without it)
                 self._telemetry.acknowledged("accept", len(accepted))
             if not (committing or batch.unsent or self._overruns.unsaid) and time.monotonic() <= batch.lock_end:
