@@ -179,10 +179,27 @@ class GroupLook:
         self._said_dlq: tuple[str, str | None, bool] | None = None
         self._admin_conf = admin_conf
         self._admin: AdminClient | None = None
-        #: The group's settings as last read (Kafka's defaults before the first read).
         self.settings = GroupSettings()
         self._read_at = 0.0
         self._refreshing: threading.Thread | None = None
+
+    @property
+    def settings(self) -> GroupSettings:
+        """The group's settings as last read (Kafka's defaults before the first read), replaced whole."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: GroupSettings) -> None:
+        # lock_seconds is a plain attribute, read at every poll() that returns records (Budgets).
+        self.lock_seconds = settings.lock_seconds if settings.read else min(settings.lock_ms, SHORTEST_LOCK_MS) / 1000
+        self._settings = settings
+
+    #: The lock a batch handed out now is held on: the group's, or while its settings were never read
+    #: the shortest a broker allows (:data:`SHORTEST_LOCK_MS`). Kafka's default (30 s) may be ten
+    #: times the group's own: a batch held on it would be acknowledged after its real lock ran out,
+    #: and the overrun not seen. So records not reached go back early and acknowledgements after that
+    #: lock count as overruns: a release too early, never a double processing unseen.
+    lock_seconds: float
 
     @property
     def known(self) -> bool:
@@ -230,16 +247,6 @@ class GroupLook:
             return check_broker_dlq(dlq, self.admin(), self._admin_conf, ADMIN_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - never trusted unchecked
             return dataclasses.replace(dlq, problem=f"it could not be checked ({type(exc).__name__})", unchecked=True)
-
-    @property
-    def lock_seconds(self) -> float:
-        """The lock a batch handed out now is held on: the group's, or while its settings were never
-        read the shortest a broker allows (:data:`SHORTEST_LOCK_MS`). Kafka's default (30 s) may be
-        ten times the group's own: a batch held on it would be acknowledged after its real lock ran
-        out, and the overrun not seen. So records not reached go back early and acknowledgements
-        after that lock count as overruns: a release too early, never a double processing unseen."""
-        settings = self.settings  # one snapshot: the refresh thread replaces it whole
-        return settings.lock_seconds if settings.read else min(settings.lock_ms, SHORTEST_LOCK_MS) / 1000
 
     @property
     def copy_from(self) -> int:

@@ -76,7 +76,7 @@ class Acknowledgements(ShareConsumer):
         self._check_open("handle")
         batch = self._batch
         if batch is not None:
-            batch.handled.add(id(message))
+            batch.mark_handled(message)
             self._flush_pending(batch)
             if time.monotonic() >= batch.release_at:
                 batch.cut()
@@ -123,11 +123,11 @@ class Acknowledgements(ShareConsumer):
             try:
                 super().acknowledge(message, ack_type)
             except _NOT_IN_FLIGHT:  # sent already (the application acknowledged it, and it went)
-                batch.settled.add(id(message))
+                batch.mark_settled((message,))
                 return
-            batch.settled.add(id(message))
+            batch.mark_settled((message,))
             if ack_type != AcknowledgeType.RELEASE:
-                batch.unsent.append(message)
+                batch.add_unsent(message)
         self._telemetry.acknowledged(_ACK_NAMES[ack_type])
 
     def _release(self, batch: Batch, records: list[Message], *, sync: bool = False) -> None:
@@ -139,7 +139,7 @@ class Acknowledgements(ShareConsumer):
         for message in records:
             with contextlib.suppress(*_NOT_IN_FLIGHT):
                 super().acknowledge(message, AcknowledgeType.RELEASE)
-        batch.settled.update(map(id, records))
+        batch.mark_settled(records)
         if records:
             self._telemetry.acknowledged("release", len(records))
         self._sending(batch, in_hand=True)
@@ -166,13 +166,13 @@ class Acknowledgements(ShareConsumer):
             if in_hand:
                 own = own[:-1]
         if now > batch.lock_end:
-            late = batch.unsent + (accepted or []) + own
+            late = [*batch.unsent, *(accepted or ()), *own]
             if late:
                 self._overruns.add(late, now - batch.at)
         if batch.unsent:
-            batch.unsent = []
+            batch.unsent = ()
         if stays and own:
-            batch.sent.update(map(id, own))
+            batch.mark_sent(own)
 
     def _send_now(self) -> None:
         """Send what the application finished and what was cut, now: before a wait the consumer

@@ -21,8 +21,8 @@ import itertools
 import math
 import threading
 import time
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 
 from confluent_kafka import KafkaError, Message, Messages
 
@@ -40,10 +40,15 @@ def is_record(message: Message) -> bool:
     return error is None or error.code() in DESERIALIZATION
 
 
+def _own_set(ids: AbstractSet[int]) -> set[int]:
+    return ids if isinstance(ids, set) else set(ids)
+
+
 class Batch:
     """One poll's records and what became of them."""
 
-    # What most batches keep as they start are the class's values (set on the instance when they change).
+    # A batch starts with the class's values and gets its own on the first change: most batches never
+    # change them, and what every poll() builds costs each of its records (Budgets).
     #: Every record of the batch is acknowledged (implicit mode: all accepted at once, see
     #: :meth:`settle_all`); :attr:`settled` is then not kept up.
     all_settled = False
@@ -53,6 +58,21 @@ class Batch:
     handles = 0
     #: Whether the batch holds no error event (None: not looked at yet; see :meth:`look_clean`).
     clean: bool | None = None
+    #: The iterators ``SafeMessages`` gave out over :attr:`live` (replaced whole as one is added).
+    iterators: tuple[Iterator[Message], ...] = ()
+    #: id() of records ``handle()`` ran on (the application reached them without iterating).
+    handled: AbstractSet[int] = frozenset()
+    #: id() of records the consumer acknowledged itself (released, rejected, or accepted by handle()).
+    settled: AbstractSet[int] = frozenset()
+    #: Explicit mode: id() of records handed out before the last send (the application's own
+    #: acknowledgements of them went with it).
+    sent: AbstractSet[int] = frozenset()
+    #: Records the consumer accepted or rejected whose acknowledgements were not sent yet (sent
+    #: after their lock ran out, they are lock overruns; a release never is one).
+    unsent: Sequence[Message] = ()
+    #: Guards :attr:`live`, :attr:`records` and :attr:`pending` against the watch's cut. One lock for
+    #: every batch of the process: held for a few list operations, never with another lock taken under it.
+    lock = threading.Lock()
 
     def __init__(self, records: list[Message], lock_seconds: float, hold_seconds: float | None = None) -> None:
         """``hold_seconds``: how long the member may hold the batch (the lock, or less: see the
@@ -63,23 +83,29 @@ class Batch:
         #: itself until something is taken out of it (see :meth:`part`): most batches are never cut,
         #: and a copy of every batch would cost each record.
         self.live = records
-        self.iterators: list[Iterator[Message]] = []
-        self.at = time.monotonic()
-        self.release_at = self.at + (lock_seconds if hold_seconds is None else hold_seconds) * RELEASE_AT
-        self.lock_end = self.at + lock_seconds
-        #: id() of records ``handle()`` ran on (the application reached them without iterating).
-        self.handled: set[int] = set()
-        #: id() of records the consumer acknowledged itself (released, rejected, or accepted by handle()).
-        self.settled: set[int] = set()
-        #: Records the consumer accepted or rejected whose acknowledgements were not sent yet (sent
-        #: after their lock ran out, they are lock overruns; a release never is one).
-        self.unsent: list[Message] = []
-        #: Explicit mode: id() of records handed out before the last send (the application's own
-        #: acknowledgements of them went with it).
-        self.sent: set[int] = set()
         #: Records cut from :attr:`live`, to be released on the application's thread.
         self.pending: list[Message] = []
-        self.lock = threading.Lock()
+        self.at = at = time.monotonic()
+        self.lock_end = at + lock_seconds
+        self.release_at = at + (lock_seconds if hold_seconds is None else hold_seconds) * RELEASE_AT
+
+    # The sets and lists above are the batch's own from their first change.
+    def mark_handled(self, message: Message) -> None:
+        self.handled = _own_set(self.handled)
+        self.handled.add(id(message))
+
+    def mark_settled(self, messages: Iterable[Message]) -> None:
+        self.settled = _own_set(self.settled)
+        self.settled.update(map(id, messages))
+
+    def mark_sent(self, messages: Iterable[Message]) -> None:
+        self.sent = _own_set(self.sent)
+        self.sent.update(map(id, messages))
+
+    def add_unsent(self, message: Message) -> None:
+        if not isinstance(self.unsent, list):
+            self.unsent = []
+        self.unsent.append(message)
 
     def part(self) -> None:
         """Before :attr:`live` loses records (under :attr:`lock`): :attr:`records` becomes a list of its
@@ -112,8 +138,7 @@ class Batch:
     def take_pending(self) -> list[Message]:
         with self.lock:
             pending, self.pending = self.pending, []
-        for m in pending:
-            self.settled.add(id(m))
+        self.mark_settled(pending)
         return pending
 
     def is_settled(self, message: Message) -> bool:
@@ -199,19 +224,20 @@ class SafeMessages(Messages):
         if batch is None:
             return iter(self.records())
         it = iter(batch.live)
-        batch.iterators.append(it)
+        batch.iterators += (it,)
         return it
 
 
 class Watched:
-    """What the watch knows of one consumer: the batch it holds last (weakly), when the watch looks at
-    it next, and what it calls at a batch's release point after a cut, or with acknowledgements
-    unsent (the consumer releases and sends, if it may now)."""
+    """What the watch knows of one consumer: the batch it holds last, when the watch looks at it next,
+    and what it calls at a batch's release point after a cut, or with acknowledgements unsent (the
+    consumer releases and sends, if it may now). The consumer drops the batch from here when it holds
+    none after a poll or closes: the watch holds nothing the consumer does not."""
 
     __slots__ = ("batch", "due", "on_cut")
 
     def __init__(self, on_cut: Callable[[Batch], object]) -> None:
-        self.batch: weakref.ref[Batch] | None = None
+        self.batch: Batch | None = None
         #: When the watch looks next (infinity: it does not; the consumer's next batch asks it to).
         self.due = math.inf
         self.on_cut = on_cut
@@ -219,8 +245,8 @@ class Watched:
 
 class Watch:
     """One daemon thread for the process: cuts each consumer's batch at its :attr:`Batch.release_at`.
-    It holds batches weakly, never a consumer: one entry a consumer, whatever its number of batches,
-    so that handing a batch over costs a few steps (see :meth:`watch`)."""
+    It holds each consumer's :class:`Watched`, never a consumer: one entry a consumer, whatever its
+    number of batches, so that handing a batch over costs a few steps (see :meth:`watch`)."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Watched]] = []
@@ -235,7 +261,7 @@ class Watch:
         """``batch`` is the consumer's now. The watch is asked only when it looks later than the batch's
         release point, or not at all (the usual batch: the watch, on waking for the one before, finds
         this one and sleeps until its time)."""
-        watched.batch = weakref.ref(batch)  # written before ``due`` is read; the thread, the other way round
+        watched.batch = batch  # written before ``due`` is read; the thread, the other way round
         if batch.release_at < watched.due:
             self._look_at(watched, batch.release_at)
 
@@ -260,8 +286,7 @@ class Watch:
                 if due != watched.due:  # an earlier look was asked for since (and is done)
                     continue
                 watched.due = math.inf  # written before the batch is read (see watch())
-            ref = watched.batch
-            batch = None if ref is None else ref()
+            batch = watched.batch
             if batch is None:
                 continue
             if batch.release_at > time.monotonic():  # a later batch: its own time

@@ -321,7 +321,7 @@ class SafeShareConsumer(Acknowledgements):
             raise
         records = taken_records(messages)  # upstream's new list, not copied: ``messages`` is not handed out
         if not records:
-            self._batch = None
+            self._batch = self._watched.batch = None
             return messages
         lock = self._look.lock_seconds  # the group's, or the shortest a broker allows while it is unread
         batch = self._batch = Batch(records, lock, min(lock, self._max_poll))
@@ -408,7 +408,7 @@ class SafeShareConsumer(Acknowledgements):
                 super().close(*args, **kwargs)
             finally:
                 self._closed = True
-                self._batch = None
+                self._batch = self._watched.batch = None
                 self._in_handle = 0
         self._look.close()
         self._poison.close()
@@ -562,7 +562,7 @@ class SafeShareConsumer(Acknowledgements):
 
     def _paused_poll(self, *args: Any, **kwargs: Any) -> Any:
         time.sleep(paused_wait(args[0] if args else kwargs.get("timeout", -1)))
-        self._batch = None
+        self._batch = self._watched.batch = None
         return SafeMessages([], None)
 
     def _maybe_left(self, error: KafkaError | None) -> None:

@@ -28,7 +28,7 @@ def test_error_events_are_left_out_and_deserialization_failures_kept() -> None:
 def test_records_the_consumer_settled_are_left_out() -> None:
     records = _records(4)
     batch = Batch(records, 30.0)
-    batch.settled.add(id(records[1]))
+    batch.mark_settled([records[1]])
     assert batch.unsettled() == [records[0], records[2], records[3]]
     assert batch.is_settled(records[1])
     assert not batch.is_settled(records[0])
@@ -53,7 +53,7 @@ def test_a_cut_takes_what_no_iterator_reached_except_handled_records() -> None:
     batch = Batch(list(records), 30.0)  # the batch adopts its list: the cut shortens it
     it = iter(SafeMessages(records, batch))
     next(it), next(it)
-    batch.handled.add(id(records[3]))
+    batch.mark_handled(records[3])
     assert batch.cut() == [records[2], records[4]]
     assert list(it) == []
     assert batch.take_pending() == [records[2], records[4]]
