@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaException, Message, ShareConsumer
 
@@ -31,7 +31,7 @@ from ._batch import Batch, is_record
 from ._overruns import Overruns
 from ._port import Before
 from ._telemetry import ShareTelemetry
-from ._upstream import call
+from ._upstream import call, implicit_oracle
 
 logger = logging.getLogger("safeconsumer")
 
@@ -235,6 +235,19 @@ class Acknowledgements(ShareConsumer):
                     self._send_pending(batch)
             except Exception as exc:  # noqa: BLE001 - the records' locks then run out: they come back all the same
                 logger.warning("giving back unreached records failed: %s", exc)
+
+    # acknowledge() and acknowledge_offset() are upstream's own in explicit mode (not wrapped: an
+    # application acknowledges every record, and a wrapper would cost each call); an implicit-mode
+    # instance gets the two below as instance attributes (see SafeShareConsumer.__init__).
+    def _implicit_acknowledge(self, message: Message, *args: Any, **kwargs: Any) -> None:
+        if self._closed:
+            ShareConsumer.acknowledge(self, message, *args, **kwargs)  # upstream's error for a closed consumer
+        implicit_oracle().acknowledge(message, *args, **kwargs)  # raises upstream's implicit-mode error
+
+    def _implicit_acknowledge_offset(self, topic: str, partition: int, offset: int, *args: Any, **kwargs: Any) -> None:
+        if self._closed:
+            ShareConsumer.acknowledge_offset(self, topic, partition, offset, *args, **kwargs)
+        implicit_oracle().acknowledge_offset(topic, partition, offset, *args, **kwargs)
 
     def _came_back(self, *, accept: bool, committing: bool = False) -> None:
         """The application called ``poll()`` or ``commit_*()``: what was cut is released; in implicit

@@ -188,14 +188,6 @@ class Batch:
             return [m for m in records if id(m) not in settled and (m.error() is None or is_record(m))]
 
 
-def taken_records(messages: Messages) -> list[Message]:
-    """The list of records ``messages`` holds, taken over without a copy: upstream's ``poll()`` builds
-    a new ``Messages`` around a list of its own each call (``Messages._from_list``), and the caller
-    drops ``messages``. ``records()`` (a copy) when that list is not there."""
-    records = getattr(messages, "_records", None)
-    return records if type(records) is list else messages.records()
-
-
 class SafeMessages(Messages):
     """Upstream's ``Messages``, whose iterator walks :attr:`Batch.live` (see the module). Its sequence
     (``len()``, indexing, ``records()``) is :attr:`Batch.records`, whole after a cut. A slice (upstream's
@@ -232,7 +224,13 @@ class Watched:
     """What the watch knows of one consumer: the batch it holds last, when the watch looks at it next,
     and what it calls at a batch's release point after a cut, or with acknowledgements unsent (the
     consumer releases and sends, if it may now). The consumer drops the batch from here when it holds
-    none after a poll or closes: the watch holds nothing the consumer does not."""
+    none after a poll or closes: the watch holds nothing the consumer does not.
+
+    A new batch is handed over in a few steps, on the consumer's thread: :attr:`batch` is written,
+    then :attr:`due` read, and only when the watch looks later than the batch's release point (or
+    not at all) is it asked to look then (:meth:`Watch.look_at`). The usual batch needs no call: the
+    watch, waking for the one before, finds this one and sleeps until its time. The watch's thread
+    writes :attr:`due` first and reads :attr:`batch` after, so that one of the two sees the other."""
 
     __slots__ = ("batch", "due", "on_cut")
 
@@ -246,7 +244,7 @@ class Watched:
 class Watch:
     """One daemon thread for the process: cuts each consumer's batch at its :attr:`Batch.release_at`.
     It holds each consumer's :class:`Watched`, never a consumer: one entry a consumer, whatever its
-    number of batches, so that handing a batch over costs a few steps (see :meth:`watch`)."""
+    number of batches, so that handing a batch over costs a few steps (see :class:`Watched`)."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Watched]] = []
@@ -257,15 +255,8 @@ class Watch:
         self._cond = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
 
-    def watch(self, watched: Watched, batch: Batch) -> None:
-        """``batch`` is the consumer's now. The watch is asked only when it looks later than the batch's
-        release point, or not at all (the usual batch: the watch, on waking for the one before, finds
-        this one and sleeps until its time)."""
-        watched.batch = batch  # written before ``due`` is read; the thread, the other way round
-        if batch.release_at < watched.due:
-            self._look_at(watched, batch.release_at)
-
-    def _look_at(self, watched: Watched, at: float) -> None:
+    def look_at(self, watched: Watched, at: float) -> None:
+        """The watch looks at ``watched``'s batch at ``at``, unless it looks sooner already."""
         with self._lock:
             if at >= watched.due:
                 return
@@ -285,12 +276,12 @@ class Watch:
                 due, _, watched = heapq.heappop(self._heap)
                 if due != watched.due:  # an earlier look was asked for since (and is done)
                     continue
-                watched.due = math.inf  # written before the batch is read (see watch())
+                watched.due = math.inf  # written before the batch is read (see Watched)
             batch = watched.batch
             if batch is None:
                 continue
             if batch.release_at > time.monotonic():  # a later batch: its own time
-                self._look_at(watched, batch.release_at)
+                self.look_at(watched, batch.release_at)
                 continue
             if batch.cut() or batch.unsent:
                 # A failure leaves them pending: the consumer releases them at the application's next call.

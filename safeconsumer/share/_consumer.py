@@ -63,7 +63,6 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    ShareConsumer,
 )
 
 from ..base._clients import admin_config
@@ -79,7 +78,7 @@ from ..base._errors import (
 from ..group._share import STARTS, GroupLook, GroupSettings, Start
 from ..poison._policy import DeadLetter, PoisonHandler, check_policy
 from ._acks import Acknowledgements
-from ._batch import WATCH, Batch, SafeMessages, Watched, taken_records
+from ._batch import WATCH, Batch, SafeMessages, Watched
 from ._fatal import fatal_of, say_left
 from ._last_delivery import copy_last_deliveries
 from ._overruns import Overruns
@@ -319,12 +318,16 @@ class SafeShareConsumer(Acknowledgements):
             self._maybe_fatal(error)
             self._maybe_left(error)
             raise
-        records = taken_records(messages)  # upstream's new list, not copied: ``messages`` is not handed out
+        # Upstream's poll() builds a Messages around a new list each call (Messages._from_list): taken
+        # over without a copy, ``messages`` is not handed out. records() (a copy) if that list is not there.
+        records = getattr(messages, "_records", None)
+        if type(records) is not list:
+            records = messages.records()
         if not records:
             self._batch = self._watched.batch = None
             return messages
         lock = self._look.lock_seconds  # the group's, or the shortest a broker allows while it is unread
-        batch = self._batch = Batch(records, lock, min(lock, self._max_poll))
+        batch = self._batch = Batch(records, lock, lock if lock < self._max_poll else self._max_poll)
         if self._implicit:  # its acceptance at the next poll() looks for error events: now, in the cache
             batch.look_clean()
         if self._withholds:
@@ -342,7 +345,10 @@ class SafeShareConsumer(Acknowledgements):
             copy_last_deliveries(records, self._copies_last, self._look, self._writer)
         # The watch may release and send while the application works without calling the consumer;
         # from here on a cut may shorten ``records`` (Batch.live), so what reads it whole comes first.
-        WATCH.watch(self._watched, batch)
+        watched = self._watched  # the hand-over (see Watched), written out: a call less a batch
+        watched.batch = batch
+        if batch.release_at < watched.due:
+            WATCH.look_at(watched, batch.release_at)
         self._look.maybe_refresh(batch.at)
         return SafeMessages(records, batch)
 
@@ -352,19 +358,6 @@ class SafeShareConsumer(Acknowledgements):
     def _withhold(self, batch: Batch) -> None:
         """Take out of a new batch (lock held, before anything of it is handed out) the records the
         application must not get, each settled, editing ``batch.records`` and ``batch.live`` in place."""
-
-    # acknowledge() and acknowledge_offset() are upstream's own in explicit mode (not wrapped: an
-    # application acknowledges every record, and a wrapper would cost each call); an implicit-mode
-    # instance gets the two below as instance attributes (see __init__).
-    def _implicit_acknowledge(self, message: Message, *args: Any, **kwargs: Any) -> None:
-        if self._closed:
-            ShareConsumer.acknowledge(self, message, *args, **kwargs)  # upstream's error for a closed consumer
-        implicit_oracle().acknowledge(message, *args, **kwargs)  # raises upstream's implicit-mode error
-
-    def _implicit_acknowledge_offset(self, topic: str, partition: int, offset: int, *args: Any, **kwargs: Any) -> None:
-        if self._closed:
-            ShareConsumer.acknowledge_offset(self, topic, partition, offset, *args, **kwargs)
-        implicit_oracle().acknowledge_offset(topic, partition, offset, *args, **kwargs)
 
     def commit_sync(self, *args: Any, **kwargs: Any) -> Any:
         self._enter()
