@@ -9,6 +9,7 @@ test_coordinator_moves and by the soaks' broker faults.
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import time
@@ -16,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -27,6 +29,10 @@ from safeconsumer.testing._local import KAFKA_VERSION, LocalBroker, _java, kafka
 #: default 9 s; the test brokers' 30 s guards against CPU starvation in the parallel suite, which
 #: the soak, run alone, does not meet).
 FAULT_SETTINGS = {"broker.session.timeout.ms": "10000"}
+
+#: The cluster's own clients log librdkafka's lines here, never to stderr (without a ``logger``
+#: librdkafka prints them there itself: the admin client lives until the brokers stop, and said so).
+CLIENT_LOG = logging.getLogger("tests.cluster.librdkafka")
 
 #: Both brokers keep a replica of the offsets partition and of the share-group state topic; leaders
 #: move only when told. The state topic's writes need one replica in sync (min.isr 1, as the test
@@ -62,7 +68,8 @@ class Cluster:
         self.first.start()
         self.second = LocalBroker(self.settings, joins=self.first, node_id=2, version=self.version)
         self.second.start()
-        self.admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "logger": CLIENT_LOG}
+        self.admin = AdminClient(conf)
         wait_until(lambda: len(self.admin.list_topics(timeout=5).brokers) == 2, timeout=60, what="both brokers up")
 
     @property
@@ -88,7 +95,7 @@ class Cluster:
     def warm_up(self, kit: KafkaTestKit) -> None:
         """Have the offsets partition created and both its replicas in sync (a first commit does it)."""
         topic = kit.create_topic()
-        c = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": kit.name("warm")})
+        c = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": kit.name("warm"), "logger": CLIENT_LOG})
         try:
 
             def committed() -> bool:

@@ -54,7 +54,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from safeconsumer.testing import PROTOCOLS, KafkaTestKit, Protocol, WaitTimeout, start_broker, wait_until
 
-from ..cluster import FAULT_SETTINGS, Cluster
+from ..cluster import CLIENT_LOG, FAULT_SETTINGS, Cluster
 from ..support import replicated_topic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,7 +208,13 @@ class _Producer(threading.Thread):
         self.acked = 0
         self.errors: list[str] = []
         self.unsent = 0
-        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+        conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "logger": CLIENT_LOG,  # librdkafka's lines through logging, never to stderr
+        }
+        self._producer = Producer(conf)
 
     def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
