@@ -170,7 +170,7 @@ class Acknowledgements(ShareConsumer):
             if late:
                 self._overruns.add(late, now - batch.at)
         if batch.unsent:
-            batch.unsent = ()
+            batch.unsent = []
         if stays and own:
             batch.mark_sent(own)
 

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
+from typing import cast
 
 from confluent_kafka import KafkaError, Message, Messages
 
@@ -38,10 +39,6 @@ def is_record(message: Message) -> bool:
     """A record of the batch (acquired: to be acknowledged), not an error event librdkafka returned."""
     error = message.error()
     return error is None or error.code() in DESERIALIZATION
-
-
-def _own_set(ids: AbstractSet[int]) -> set[int]:
-    return ids if isinstance(ids, set) else set(ids)
 
 
 class Batch:
@@ -70,13 +67,20 @@ class Batch:
     #: Records the consumer accepted or rejected whose acknowledgements were not sent yet (sent
     #: after their lock ran out, they are lock overruns; a release never is one).
     unsent: Sequence[Message] = ()
-    #: Guards :attr:`live`, :attr:`records` and :attr:`pending` against the watch's cut. One lock for
-    #: every batch of the process: held for a few list operations, never with another lock taken under it.
-    lock = threading.Lock()
 
-    def __init__(self, records: list[Message], lock_seconds: float, hold_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        records: list[Message],
+        lock_seconds: float,
+        hold_seconds: float | None = None,
+        lock: threading.Lock | None = None,
+    ) -> None:
         """``hold_seconds``: how long the member may hold the batch (the lock, or less: see the
-        consumer's ``max.poll.interval.ms``); records not reached are given back at :data:`RELEASE_AT` of it."""
+        consumer's ``max.poll.interval.ms``); records not reached are given back at :data:`RELEASE_AT` of
+        it. ``lock``: the consumer's for its batches (made once), else one of the batch's own."""
+        #: Guards :attr:`live`, :attr:`records` and :attr:`pending` against the watch's cut; never held
+        #: while another lock is taken.
+        self.lock = lock if lock is not None else threading.Lock()
         #: Every record of the poll, in order: what ``SafeMessages`` holds (``len()``, indexing).
         self.records = records
         #: The list the application's iterators walk; cut short to stop them. It is :attr:`records`
@@ -89,23 +93,23 @@ class Batch:
         self.lock_end = at + lock_seconds
         self.release_at = at + (lock_seconds if hold_seconds is None else hold_seconds) * RELEASE_AT
 
-    # The sets and lists above are the batch's own from their first change.
+    # The sets and the list above become the batch's own at their first write, in one step
+    # (dict.setdefault): two threads never make two.
+    def _own_set(self, name: str) -> set[int]:
+        ids = self.__dict__.get(name)
+        return cast("set[int]", ids if ids is not None else self.__dict__.setdefault(name, set()))
+
     def mark_handled(self, message: Message) -> None:
-        self.handled = _own_set(self.handled)
-        self.handled.add(id(message))
+        self._own_set("handled").add(id(message))
 
     def mark_settled(self, messages: Iterable[Message]) -> None:
-        self.settled = _own_set(self.settled)
-        self.settled.update(map(id, messages))
+        self._own_set("settled").update(map(id, messages))
 
     def mark_sent(self, messages: Iterable[Message]) -> None:
-        self.sent = _own_set(self.sent)
-        self.sent.update(map(id, messages))
+        self._own_set("sent").update(map(id, messages))
 
     def add_unsent(self, message: Message) -> None:
-        if not isinstance(self.unsent, list):
-            self.unsent = []
-        self.unsent.append(message)
+        cast("list[Message]", self.__dict__.setdefault("unsent", [])).append(message)
 
     def part(self) -> None:
         """Before :attr:`live` loses records (under :attr:`lock`): :attr:`records` becomes a list of its
@@ -270,23 +274,31 @@ class Watch:
 
     def _run(self) -> None:
         while True:
-            with self._lock:
-                while not self._heap or self._heap[0][0] > time.monotonic():
-                    self._cond.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
-                due, _, watched = heapq.heappop(self._heap)
-                if due != watched.due:  # an earlier look was asked for since (and is done)
+            self._look(self._next())
+
+    def _next(self) -> Watched:
+        """The next consumer whose batch is due, once it is (nothing of another stays referenced meanwhile)."""
+        with self._lock:
+            while True:
+                if self._heap and self._heap[0][0] <= time.monotonic():
+                    due, _, watched = heapq.heappop(self._heap)
+                    if due == watched.due:
+                        watched.due = math.inf  # written before the batch is read (see Watched)
+                        return watched
+                    del watched  # an earlier look was asked for since (and is done)
                     continue
-                watched.due = math.inf  # written before the batch is read (see Watched)
-            batch = watched.batch
-            if batch is None:
-                continue
-            if batch.release_at > time.monotonic():  # a later batch: its own time
-                self.look_at(watched, batch.release_at)
-                continue
-            if batch.cut() or batch.unsent:
-                # A failure leaves them pending: the consumer releases them at the application's next call.
-                with contextlib.suppress(Exception):
-                    watched.on_cut(batch)
+                self._cond.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
+
+    def _look(self, watched: Watched) -> None:
+        batch = watched.batch
+        if batch is None:
+            return
+        if batch.release_at > time.monotonic():  # a later batch: its own time
+            self.look_at(watched, batch.release_at)
+        elif batch.cut() or batch.unsent:
+            # A failure leaves them pending: the consumer releases them at the application's next call.
+            with contextlib.suppress(Exception):
+                watched.on_cut(batch)
 
 
 WATCH = Watch()

@@ -163,6 +163,7 @@ class SafeShareConsumer(Acknowledgements):
             set_dlq=group_dlq,
         )
         self._batch: Batch | None = None
+        self._batch_lock = threading.Lock()  # each batch's (see Batch.lock)
         #: Held by the application's poll() and commit_*(), and while a keepalive timer gives records
         #: back (the application is inside the block); :meth:`_enter` says which application thread is in.
         self._lock = threading.RLock()
@@ -307,7 +308,7 @@ class SafeShareConsumer(Acknowledgements):
                 if self._batch is not None:
                     with contextlib.suppress(KafkaException):
                         super().commit_sync(10.0)  # what the application was handed, settled before the change
-                    self._batch = None
+                    self._batch = self._watched.batch = None
                 self._subscribe_effective()
             if self._pausing and self._wanted and not self._paused.effective(self._wanted):
                 return self._paused_poll(*args, **kwargs)
@@ -327,7 +328,7 @@ class SafeShareConsumer(Acknowledgements):
             self._batch = self._watched.batch = None
             return messages
         lock = self._look.lock_seconds  # the group's, or the shortest a broker allows while it is unread
-        batch = self._batch = Batch(records, lock, lock if lock < self._max_poll else self._max_poll)
+        batch = self._batch = Batch(records, lock, lock if lock < self._max_poll else self._max_poll, self._batch_lock)
         if self._implicit:  # its acceptance at the next poll() looks for error events: now, in the cache
             batch.look_clean()
         if self._withholds:
@@ -335,9 +336,10 @@ class SafeShareConsumer(Acknowledgements):
                 self._withhold(batch)
             except BaseException:  # the application gets none of it: all back to the group at once (S2)
                 self._release(batch, batch.unsettled())
-                self._batch = None
+                self._batch = self._watched.batch = None
                 raise
             if not batch.records:
+                self._watched.batch = None  # (the last batch's)
                 return SafeMessages([], None)
         if "opentelemetry" in sys.modules:  # the delivery-count histogram costs a call per record
             self._telemetry.redeliveries(records)
@@ -451,7 +453,7 @@ class SafeShareConsumer(Acknowledgements):
                 del batch.live[:]  # no iterator hands anything of it out
             records = batch.unsettled()
             self._release(batch, records)
-            self._batch = None  # the application never had it: nothing of it to accept or report
+            self._batch = self._watched.batch = None  # the application never had it: nothing to accept or report
             self._telemetry.released_early(len(records), "cancelled")
             return len(records)
         finally:
@@ -532,16 +534,17 @@ class SafeShareConsumer(Acknowledgements):
         self._pausing = bool(self._paused)
         if self._wanted is None:
             return
-        batch = self._batch
-        if batch is not None:
-            self._flush_pending(batch)
-            stopped = self._paused.take_unreached(batch)
-            if stopped:
-                self._release(batch, stopped)
-                self._telemetry.released_early(len(stopped), "paused")
-        self._resubscribe = True
-        if now or batch is None or not batch.handed_out():
-            self._subscribe_effective()
+        with self._lock:  # librdkafka is called: never while the watch or a keepalive timer sends
+            batch = self._batch
+            if batch is not None:
+                self._flush_pending(batch)
+                stopped = self._paused.take_unreached(batch)
+                if stopped:
+                    self._release(batch, stopped)
+                    self._telemetry.released_early(len(stopped), "paused")
+            self._resubscribe = True
+            if now or batch is None or not batch.handed_out():
+                self._subscribe_effective()
 
     def _subscribe_effective(self) -> None:
         if not self._resubscribe or self._wanted is None:

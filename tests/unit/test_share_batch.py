@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+import weakref
+
 from confluent_kafka import KafkaError, Message
 
-from safeconsumer.share._batch import Batch, SafeMessages
+from safeconsumer.share._batch import WATCH, Batch, SafeMessages, Watched
+from safeconsumer.testing import wait_until
 
 
 def _records(n: int) -> list[Message]:
@@ -112,3 +117,48 @@ def test_after_a_cut_the_sequence_stays_whole_and_the_iterators_stop() -> None:
     batch.take_pending()
     assert batch.unsettled() == records[:2]
     assert batch.cut() == []  # parted once: a second cut takes nothing and copies nothing
+
+
+def test_marks_made_from_two_threads_at_once_are_all_kept() -> None:
+    # A batch's sets are the class's empty ones until the first write: each thread's first write
+    # must land in the one set the batch keeps. Threads switching every microsecond, a read of the
+    # attribute and a store of a new set lost about 1.5% of pairs: 1,000 pairs see it.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        _mark_from_two_threads(1000)
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _mark_from_two_threads(pairs: int) -> None:
+    for _ in range(pairs):
+        records = _records(2)
+        batch = Batch(records, 30.0)
+        start = threading.Barrier(2)
+
+        def mark(m: Message, batch: Batch = batch, start: threading.Barrier = start) -> None:
+            start.wait()
+            batch.mark_settled([m])
+
+        threads = [threading.Thread(target=mark, args=(m,)) for m in records]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert batch.is_settled(records[0]) and batch.is_settled(records[1])
+
+
+def test_the_watch_cuts_a_due_batch_and_keeps_nothing_of_it_after() -> None:
+    records = _records(3)
+    batch = Batch(list(records), 0.01)  # its release point: 7.5 ms from now (a cut shortens its list)
+    cut: list[Batch] = []
+    watched = Watched(cut.append)
+    watched.batch = batch
+    WATCH.look_at(watched, batch.release_at)
+    wait_until(lambda: cut, timeout=5, what="the watch's cut")
+    assert cut == [batch] and batch.pending == records and batch.live == []
+    gone = weakref.ref(batch)
+    del batch, cut[:]
+    watched.batch = None
+    wait_until(lambda: gone() is None, timeout=5, what="the watch to let go of the batch")
