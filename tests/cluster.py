@@ -33,6 +33,10 @@ FAULT_SETTINGS = {"broker.session.timeout.ms": "10000"}
 #: The cluster's own clients log librdkafka's lines here, never to stderr (without a ``logger``
 #: librdkafka prints them there itself: the admin client lives until the brokers stop, and said so).
 CLIENT_LOG = logging.getLogger("tests.cluster.librdkafka")
+# A handler of its own: with none anywhere up the chain (a soak's process), logging's last resort
+# would print its ERRORs to stderr (a broker fault's disconnects); under pytest they propagate to
+# its capture.
+CLIENT_LOG.addHandler(logging.NullHandler())
 
 #: Both brokers keep a replica of the offsets partition and of the share-group state topic; leaders
 #: move only when told. The state topic's writes need one replica in sync (min.isr 1, as the test
