@@ -52,7 +52,8 @@ def _bound(line: dict[str, Any]) -> str:
     if line["bound"] is None:
         return "reported"
     sign = "≥" if line["at_least"] else "≤"
-    return f"{sign} {line['bound']:g} {line['unit'].strip()}".rstrip()
+    spread = ", spread too" if line.get("by_spread") else ""
+    return f"{sign} {line['bound']:g} {line['unit'].strip()}".rstrip() + spread
 
 
 def rows(lines: list[dict[str, Any]]) -> list[str]:

@@ -29,7 +29,16 @@ the machine, and a contender's figure for the round is its CPU outside upstream'
 records it read. Each contender's batch is freed on its own turn (the name holding it is reassigned
 after its next ``poll()``, as an application's loop does). The order of the turns rotates by round.
 What a contender adds is the median over rounds of its per-round difference to the base, shown with
-the spread (min-max) of those differences.
+the spread (min-max) of those differences; SPEC judges the share lines by that whole spread.
+
+Each contender is :data:`INSTANCES` consumers in the round (its figure is over all their records):
+one consumer's figure moves with what it happens to be given (the broker's batches, where its
+records land in memory) by more than the wrapper adds. Two consumers of the same raw explicit
+contender, side by side in one round, differed by -29 to +17 ns a record (six rounds, four
+partitions) and by -39 to +30 (nine rounds of a topic of one partition, so not the mix of
+partitions in a batch); a fixed ``PYTHONHASHSEED`` left ours' differences as wide. So the floor's
+consumers are also reported one against the other (:meth:`ShareRuns.resolution`): the width the
+method cannot tell from nothing, in the same run as the lines.
 
 Why a few batches a turn, not one: with one, every ``poll()`` of ours came after the other
 contenders' turns, never after its own, so the figure measured the harness as much as the consumer.
@@ -80,6 +89,10 @@ JUDGED = "outside"
 BATCH = "batch"
 #: Batches a contender reads in a row on its turn (see the module).
 TURN_BATCHES = 4
+#: Consumers per contender in a round, each reading the topic with a group of its own (see the module).
+INSTANCES = 2
+#: The floor's instances, each alone: their difference is the method's resolution (see the module).
+FLOOR_ALONE = tuple(f"{FLOOR['explicit']} #{i + 1}" for i in range(INSTANCES))
 
 
 def _child(args: list[str]) -> Any:
@@ -98,9 +111,13 @@ def _child(args: list[str]) -> Any:
 
 
 def measure_round(bootstrap: str, topic: str, records: int, order: list[str]) -> dict[str, dict[str, float]]:
-    """One round: the contenders side by side in one child, taking turns in ``order`` (see the module)."""
+    """One round: the contenders side by side in one child, :data:`INSTANCES` consumers each, taking
+    turns in ``order`` (see the module). The floor's instances alone: their own ``outside`` figures."""
     got: dict[str, list[float]] = _child(["--round", bootstrap, topic, str(records), ",".join(order)])
-    return {name: dict(zip((*CLOCKS, BATCH), map(float, figures), strict=True)) for name, figures in got.items()}
+    return {
+        name: dict(zip((*CLOCKS, BATCH) if len(figures) > 1 else (JUDGED,), map(float, figures), strict=True))
+        for name, figures in got.items()
+    }
 
 
 def measure_rss(name: str, bootstrap: str, topic: str, records: int) -> float:
@@ -121,6 +138,13 @@ class ShareRuns:
         """What ``name`` adds to ``base`` per record on ``clock``: the median of the per-round
         differences, with their spread."""
         return Figure.of([r[name][clock] - r[base][clock] for r in self.rounds])
+
+    def resolution(self) -> Figure:
+        """One consumer of the floor against another in the same round, on the judged clock: what the
+        method cannot tell apart from nothing for a single consumer (:data:`INSTANCES` per contender
+        narrow it for the lines)."""
+        second, first = FLOOR_ALONE[1], FLOOR_ALONE[0]
+        return Figure.of([r[second][JUDGED] - r[first][JUDGED] for r in self.rounds])
 
     def batch_size(self, name: str) -> float:
         """The records per batch ``name`` read, over all rounds (a round's figure weighs as one)."""
@@ -243,8 +267,11 @@ class _Contender:
         self.batches += n > 0
 
 
-def _round(bootstrap: str, topic: str, records: int, order: list[str]) -> dict[str, list[float]]:
-    contenders = [_Contender(name, bootstrap, topic) for name in order]
+def _round(bootstrap: str, topic: str, records: int, order: list[str], instances: int = 1) -> dict[str, list[float]]:
+    """Each contender as ``instances`` consumers, every consumer taking its turns in ``order`` (the
+    instances of one contender apart: ``a#1 b#1 ... a#2 b#2 ...``). A contender's figures are over all
+    its instances' records; the floor's instances also report their own outside figures (``#1``, ...)."""
+    contenders = [_Contender(name, bootstrap, topic) for _ in range(instances) for name in order]
     for c in contenders:
         c.join()
     reading = list(contenders)
@@ -258,10 +285,16 @@ def _round(bootstrap: str, topic: str, records: int, order: list[str]) -> dict[s
     for c in contenders:
         c.batch = None
         c.consumer.close()
-    return {
-        c.name: [c.cpu / c.records, c.wall / c.records, c.outside / c.records, c.records / max(1, c.batches)]
-        for c in contenders
-    }
+    figures: dict[str, list[float]] = {}
+    for name in order:
+        own = [c for c in contenders if c.name == name]
+        n, batches = sum(c.records for c in own), sum(c.batches for c in own)
+        cpu, wall, outside = (sum(getattr(c, clock) for c in own) / n for clock in CLOCKS)
+        figures[name] = [cpu, wall, outside, n / max(1, batches)]
+    for i, c in enumerate(c for c in contenders if c.name == FLOOR["explicit"]):
+        if instances > 1:
+            figures[f"{c.name} #{i + 1}"] = [c.outside / c.records]
+    return figures
 
 
 def _rss(kind: str, mode: str, bootstrap: str, topic: str, records: int) -> float:
@@ -279,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.round:
         bootstrap, topic, records, order = args.round
-        print(json.dumps(_round(bootstrap, topic, int(records), order.split(","))), flush=True)
+        print(json.dumps(_round(bootstrap, topic, int(records), order.split(","), INSTANCES)), flush=True)
         return
     if args.rss:
         kind, mode, bootstrap, topic, records = args.rss
@@ -295,6 +328,7 @@ def main(argv: list[str] | None = None) -> None:
             runs = side_by_side(broker.bootstrap_servers, topic, args.records, args.rounds)
         finally:
             kit.close()
+    print(f"resolution: one instance of the floor against another: {runs.resolution().show()}")
     for mode in MODES:
         ours = f"safe {mode}"
         ratio = runs.rss_ratio(mode)
