@@ -180,7 +180,9 @@ class GroupLook:
         self._admin_conf = admin_conf
         self._admin: AdminClient | None = None
         self.settings = GroupSettings()
-        self._read_at = 0.0
+        #: When :meth:`maybe_refresh` reads the settings again (monotonic): a plain attribute, compared
+        #: at every poll() that returns records (Budgets). Due at once until the first read.
+        self.refresh_at = 0.0
         self._refreshing: threading.Thread | None = None
 
     @property
@@ -231,12 +233,12 @@ class GroupLook:
             logger.warning(
                 "could not read share group %r's settings: %s; read again in %.0fs", self.group, exc, RETRY_AFTER
             )
-            self._read_at = time.monotonic() - REFRESH_EVERY + RETRY_AFTER
+            self.refresh_at = time.monotonic() + RETRY_AFTER
             return
-        self._read_at = time.monotonic()
+        self.refresh_at = time.monotonic() + REFRESH_EVERY
         dlq = self._checked(settings.dlq)
         if dlq.unchecked:  # the consumer copies for itself meanwhile: not for a minute
-            self._read_at = time.monotonic() - REFRESH_EVERY + RETRY_AFTER
+            self.refresh_at = time.monotonic() + RETRY_AFTER
         self.settings = dataclasses.replace(settings, dlq=dlq)
         self._say_dlq()
 
@@ -329,9 +331,9 @@ class GroupLook:
         self._say_dlq()
 
     def maybe_refresh(self, now: float) -> None:
-        if now - self._read_at < REFRESH_EVERY or (self._refreshing is not None and self._refreshing.is_alive()):
+        if now < self.refresh_at or (self._refreshing is not None and self._refreshing.is_alive()):
             return
-        self._read_at = now
+        self.refresh_at = now + REFRESH_EVERY
         self._refreshing = threading.Thread(target=self.read, name="safeconsumer-share-settings", daemon=True)
         self._refreshing.start()
 

@@ -308,7 +308,7 @@ class SafeShareConsumer(Acknowledgements):
                 if self._batch is not None:
                     with contextlib.suppress(KafkaException):
                         super().commit_sync(10.0)  # what the application was handed, settled before the change
-                    self._batch = self._watched.batch = None
+                    self._drop_batch()
                 self._subscribe_effective()
             if self._pausing and self._wanted and not self._paused.effective(self._wanted):
                 return self._paused_poll(*args, **kwargs)
@@ -325,7 +325,7 @@ class SafeShareConsumer(Acknowledgements):
         if type(records) is not list:
             records = messages.records()
         if not records:
-            self._batch = self._watched.batch = None
+            self._drop_batch()
             return messages
         lock = self._look.lock_seconds  # the group's, or the shortest a broker allows while it is unread
         batch = self._batch = Batch(records, lock, lock if lock < self._max_poll else self._max_poll, self._batch_lock)
@@ -336,7 +336,7 @@ class SafeShareConsumer(Acknowledgements):
                 self._withhold(batch)
             except BaseException:  # the application gets none of it: all back to the group at once (S2)
                 self._release(batch, batch.unsettled())
-                self._batch = self._watched.batch = None
+                self._drop_batch()
                 raise
             if not batch.records:
                 self._watched.batch = None  # (the last batch's)
@@ -351,8 +351,13 @@ class SafeShareConsumer(Acknowledgements):
         watched.batch = batch
         if batch.release_at < watched.due:
             WATCH.look_at(watched, batch.release_at)
-        self._look.maybe_refresh(batch.at)
+        if batch.at >= (look := self._look).refresh_at:  # (a plain attribute: a call less a batch)
+            look.maybe_refresh(batch.at)
         return SafeMessages(records, batch)
+
+    def _drop_batch(self) -> None:
+        """The consumer holds no batch now, and neither does the watch (see :class:`Watched`)."""
+        self._batch = self._watched.batch = None
 
     #: Whether :meth:`_withhold` looks at each new batch (a subclass's; see SafeDeserializingShareConsumer).
     _withholds = False
@@ -403,7 +408,7 @@ class SafeShareConsumer(Acknowledgements):
                 super().close(*args, **kwargs)
             finally:
                 self._closed = True
-                self._batch = self._watched.batch = None
+                self._drop_batch()
                 self._in_handle = 0
         self._look.close()
         self._poison.close()
@@ -453,7 +458,7 @@ class SafeShareConsumer(Acknowledgements):
                 del batch.live[:]  # no iterator hands anything of it out
             records = batch.unsettled()
             self._release(batch, records)
-            self._batch = self._watched.batch = None  # the application never had it: nothing to accept or report
+            self._drop_batch()  # the application never had it: nothing to accept or report
             self._telemetry.released_early(len(records), "cancelled")
             return len(records)
         finally:
@@ -558,7 +563,7 @@ class SafeShareConsumer(Acknowledgements):
 
     def _paused_poll(self, *args: Any, **kwargs: Any) -> Any:
         time.sleep(paused_wait(args[0] if args else kwargs.get("timeout", -1)))
-        self._batch = self._watched.batch = None
+        self._drop_batch()
         return SafeMessages([], None)
 
     def _maybe_left(self, error: KafkaError | None) -> None:

@@ -46,6 +46,27 @@ def test_a_failed_read_is_retried_within_seconds_and_copies_from_the_second_deli
     assert len(reads) == 3, "after a good read, the next is a minute away"
 
 
+def test_refresh_at_is_when_maybe_refresh_reads_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The consumer compares a batch's time with ``refresh_at`` before it calls maybe_refresh()."""
+    look = GroupLook("g", {"bootstrap.servers": "127.0.0.1:1"}, None)
+    monkeypatch.setattr(look, "admin", lambda: None)
+    reads: list[float] = []
+
+    def failing(*_args: Any, **_kwargs: Any) -> GroupSettings:
+        reads.append(time.monotonic())
+        raise RuntimeError("Timed out waiting for controller")
+
+    monkeypatch.setattr(_group, "read_settings", failing)
+    monkeypatch.setattr("safeconsumer.group._share.threading.Thread", _Inline)
+    assert look.refresh_at == 0.0, "never read: due at once"
+    look.read()
+    assert look.refresh_at == pytest.approx(reads[0] + RETRY_AFTER, abs=0.5)
+    look.maybe_refresh(look.refresh_at - 0.1)
+    assert len(reads) == 1, "not before refresh_at"
+    look.maybe_refresh(look.refresh_at)
+    assert len(reads) == 2, "at refresh_at"
+
+
 class _Inline:
     """A thread that runs its target at start(), for a deterministic refresh."""
 
