@@ -272,7 +272,7 @@ def _share(args: argparse.Namespace) -> list[Line]:
     fig = runs.resolution()
     lines.append(
         Line(
-            "SafeShareConsumer lines' resolution: one consumer of the floor against another (reported)",
+            "SafeShareConsumer lines' resolution: half the floor's consumers against the other half (reported)",
             fig.median,
             None,
             False,
