@@ -210,7 +210,8 @@ def _pass(kind: str, bootstrap: str, topic: str, records: int) -> tuple[float, f
 def isolated() -> dict[str, float]:
     """What SafeConsumer's ``consume(500, 0)`` adds per record with librdkafka taken out, in a child
     process: the client's read returns a copy of one prebuilt batch of 500 records, so only the
-    wrapper's own work is timed (best of 9 repeats of 2,000 calls: deterministic to about 1 ns).
+    wrapper's own work is timed (best of 9 repeats of 2,000 calls: steady to about 1 ns within a
+    child; from one child to the next the same code has read 26 to 35 ns on this 2-vCPU VM).
     ``{"adds": ns per record, "scan": the part spent looking at each record for error events}``."""
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.per_record", "--isolated"],
