@@ -39,10 +39,10 @@ the batches they were given were the same. It stayed about 20 with 390,000 recor
 with the order of the turns shuffled in every cycle; a topic of one partition gave -39 to +30 over
 nine rounds; a fixed ``PYTHONHASHSEED`` left ours' differences to raw as wide (a deviation of 11
 to 18). The noise is in the consumer, not in the records: most of a record's cost here is
-librdkafka's ``acknowledge()``. The mean of two consumers against that of two others: a deviation of 13 ns,
-as averaging predicts (20 over the root of 2). So each contender is eight consumers, and the
-floor's two halves are reported one against the other (:meth:`ShareRuns.resolution`): the width
-the method cannot tell from nothing at half a line's consumers, in the same run as the lines.
+librdkafka's ``acknowledge()``. The mean of two consumers against that of two others: a deviation
+of 13 ns, as averaging predicts (20 over the root of 2). So each contender is eight consumers, and
+the floor's two halves are reported one against the other (:meth:`ShareRuns.resolution`): the
+width the method cannot tell from nothing at half a line's consumers, in the same run as the lines.
 
 Why a few batches a turn, not one: with one, every ``poll()`` of ours came after the other
 contenders' turns, never after its own, so the figure measured the harness as much as the consumer.
@@ -117,7 +117,8 @@ def _child(args: list[str]) -> Any:
 
 def measure_round(bootstrap: str, topic: str, records: int, order: list[str]) -> dict[str, dict[str, float]]:
     """One round: the contenders side by side in one child, :data:`INSTANCES` consumers each, taking
-    turns in ``order`` (see the module). The floor's instances alone: their own ``outside`` figures."""
+    turns in ``order`` (see the module). The floor's two halves (:data:`FLOOR_HALVES`): their
+    ``outside`` figures alone."""
     got: dict[str, list[float]] = _child(["--round", bootstrap, topic, str(records), ",".join(order)])
     return {
         name: dict(zip((*CLOCKS, BATCH) if len(figures) > 1 else (JUDGED,), map(float, figures), strict=True))
