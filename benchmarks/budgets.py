@@ -60,7 +60,7 @@ from safeconsumer.testing import KafkaTestKit, start_broker
 
 from .aio import _confluent
 from .parked_cpu import parked_cpu
-from .per_record import isolated, side_by_side
+from .per_record import Figure, isolated, side_by_side
 from .report import rows
 from .rss_trace import trace
 from .throughput import Factory, _conf, _first_record, _peak_rss_mb, _read_all, _side_by_side, _with_sdk, median_ratio
@@ -107,6 +107,11 @@ class Line:
             values += [self.low, self.high]
         return all(v >= self.bound if self.at_least else v <= self.bound for v in values)
 
+    @classmethod
+    def ns(cls, what: str, fig: Figure, bound: float | None = None, *, by_spread: bool = False) -> Line:
+        """A per-record line in ns, at most ``bound``: the figure's median with its spread."""
+        return cls(what, fig.median, bound, False, " ns", fig.low, fig.high, by_spread)
+
     def as_dict(self) -> dict[str, object]:
         """As the results file and :func:`benchmarks.report.rows` take it."""
         return {**asdict(self), "holds": self.holds}
@@ -135,12 +140,7 @@ def _per_record(kit: KafkaTestKit, bootstrap: str, args: argparse.Namespace) -> 
     lines = []
     for clock, label in (("wall", "wall time"), ("cpu", "main-thread CPU")):
         for kind, what, bound in (("safe", "", 25.0), ("otel", ", OpenTelemetry SDK attached", 40.0)):
-            fig = got.added(kind, clock)
-            lines.append(
-                Line(
-                    f"`consume(500)` adds per record, {label}{what}", fig.median, bound, False, " ns", fig.low, fig.high
-                )
-            )
+            lines.append(Line.ns(f"`consume(500)` adds per record, {label}{what}", got.added(kind, clock), bound))
     alone = isolated()  # deterministic: the same code, without librdkafka's per-instance modes
     alone_line = "`consume(500)` adds per record, the wrapper alone (reported)"
     lines.append(Line(alone_line, alone["adds"], None, False, " ns"))
@@ -268,19 +268,8 @@ def _share(args: argparse.Namespace) -> list[Line]:
             runs = share.side_by_side(broker.bootstrap_servers, topic, args.share_records, args.share_rounds)
         finally:
             kit.close()
-    lines = []
-    fig = runs.resolution()
-    lines.append(
-        Line(
-            "SafeShareConsumer lines' resolution: half the floor's consumers against the other half (reported)",
-            fig.median,
-            None,
-            False,
-            " ns",
-            fig.low,
-            fig.high,
-        )
-    )
+    resolution = "SafeShareConsumer lines' resolution: half the floor's consumers against the other half (reported)"
+    lines = [Line.ns(resolution, runs.resolution())]
     for mode in share.MODES:
         ours, same = f"safe {mode}", f"raw {mode}"
         bases: list[tuple[str, str, float | None]] = [
@@ -289,33 +278,12 @@ def _share(args: argparse.Namespace) -> list[Line]:
         if same != share.FLOOR[mode]:
             bases.append((same, f"raw {mode} mode", None))
         for base, over, bound in bases:
-            fig = runs.added(ours, base, share.JUDGED)
-            lines.append(
-                Line(
-                    f"SafeShareConsumer `poll()` adds per record, {mode} mode, over {over}, "
-                    "main-thread CPU outside upstream's poll",
-                    fig.median,
-                    bound,
-                    False,
-                    " ns",
-                    fig.low,
-                    fig.high,
-                    by_spread=bound is not None,
-                )
-            )
+            what = f"SafeShareConsumer `poll()` adds per record, {mode} mode, over {over}, "
+            what += "main-thread CPU outside upstream's poll"
+            lines.append(Line.ns(what, runs.added(ours, base, share.JUDGED), bound, by_spread=bound is not None))
         for clock, label in (("cpu", "main-thread CPU"), ("wall", "wall time")):
-            fig = runs.added(ours, same, clock)
-            lines.append(
-                Line(
-                    f"SafeShareConsumer `poll()` adds per record, {mode} mode, over raw {mode} mode, {label}",
-                    fig.median,
-                    None,
-                    False,
-                    " ns",
-                    fig.low,
-                    fig.high,
-                )
-            )
+            what = f"SafeShareConsumer `poll()` adds per record, {mode} mode, over raw {mode} mode, {label}"
+            lines.append(Line.ns(what, runs.added(ours, same, clock)))
         ratio = runs.rss_ratio(mode)
         lines.append(
             Line(f"SafeShareConsumer peak RSS, {mode} mode", ratio.median, 1.10, False, "x", ratio.low, ratio.high)

@@ -16,16 +16,7 @@ from safeconsumer.group._share import REFRESH_EVERY, RETRY_AFTER, GroupLook, Gro
 def test_a_failed_read_is_retried_within_seconds_and_copies_from_the_second_delivery(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    look = GroupLook("g", {"bootstrap.servers": "127.0.0.1:1"}, None)
-    monkeypatch.setattr(look, "admin", lambda: None)
-    reads: list[float] = []
-
-    def failing(*_args: Any, **_kwargs: Any) -> GroupSettings:
-        reads.append(time.monotonic())
-        raise RuntimeError("Timed out waiting for controller")
-
-    monkeypatch.setattr(_group, "read_settings", failing)
-    monkeypatch.setattr("safeconsumer.group._share.threading.Thread", _Inline)
+    look, reads = _unanswered_look(monkeypatch)
     look.read()
     assert not look.known and look.settings == GroupSettings()
     assert look.copy_from == 2, "unknown limit: a copy too many, never an archive without one"
@@ -48,6 +39,18 @@ def test_a_failed_read_is_retried_within_seconds_and_copies_from_the_second_deli
 
 def test_refresh_at_is_when_maybe_refresh_reads_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """The consumer compares a batch's time with ``refresh_at`` before it calls maybe_refresh()."""
+    look, reads = _unanswered_look(monkeypatch)
+    assert look.refresh_at == 0.0, "never read: due at once"
+    look.read()
+    assert look.refresh_at == pytest.approx(reads[0] + RETRY_AFTER, abs=0.5)
+    look.maybe_refresh(look.refresh_at - 0.1)
+    assert len(reads) == 1, "not before refresh_at"
+    look.maybe_refresh(look.refresh_at)
+    assert len(reads) == 2, "at refresh_at"
+
+
+def _unanswered_look(monkeypatch: pytest.MonkeyPatch) -> tuple[GroupLook, list[float]]:
+    """A look whose every read fails (the times of the reads), its refreshes run inline."""
     look = GroupLook("g", {"bootstrap.servers": "127.0.0.1:1"}, None)
     monkeypatch.setattr(look, "admin", lambda: None)
     reads: list[float] = []
@@ -58,13 +61,7 @@ def test_refresh_at_is_when_maybe_refresh_reads_again(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(_group, "read_settings", failing)
     monkeypatch.setattr("safeconsumer.group._share.threading.Thread", _Inline)
-    assert look.refresh_at == 0.0, "never read: due at once"
-    look.read()
-    assert look.refresh_at == pytest.approx(reads[0] + RETRY_AFTER, abs=0.5)
-    look.maybe_refresh(look.refresh_at - 0.1)
-    assert len(reads) == 1, "not before refresh_at"
-    look.maybe_refresh(look.refresh_at)
-    assert len(reads) == 2, "at refresh_at"
+    return look, reads
 
 
 class _Inline:
