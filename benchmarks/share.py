@@ -121,7 +121,7 @@ def measure_round(bootstrap: str, topic: str, records: int, order: list[str]) ->
     ``outside`` figures alone."""
     got: dict[str, list[float]] = _child(["--round", bootstrap, topic, str(records), ",".join(order)])
     return {
-        name: dict(zip((*CLOCKS, BATCH) if len(figures) > 1 else (JUDGED,), map(float, figures), strict=True))
+        name: dict(zip((JUDGED,) if name in FLOOR_HALVES else (*CLOCKS, BATCH), map(float, figures), strict=True))
         for name, figures in got.items()
     }
 
