@@ -27,7 +27,7 @@ from ..base._errors import FatalConsumerError, consumer_closed
 from ..group._share import GroupLook
 from ..poison._policy import DeadLetterWriter, PoisonHandler, PoisonPolicy
 from ..poison._retries import RetryBounds
-from ._batch import Batch, is_record
+from ._batch import Batch, SafeMessages, Watched, is_record
 from ._overruns import Overruns
 from ._port import Before
 from ._telemetry import ShareTelemetry
@@ -51,6 +51,8 @@ class Acknowledgements(ShareConsumer):
 
     # The consumer's, set in SafeShareConsumer.__init__.
     _batch: Batch | None
+    #: The watch's view of this consumer (see :class:`Watched`).
+    _watched: Watched
     _lock: threading.RLock
     _closed: bool
     _implicit: bool
@@ -210,6 +212,31 @@ class Acknowledgements(ShareConsumer):
             time.monotonic() - batch.at,
             self._look.lock_seconds,
         )
+
+    def _drop_batch(self) -> None:
+        """The consumer holds no batch now, and neither does the watch (see :class:`Watched`)."""
+        self._batch = self._watched.batch = None
+
+    def _give_back_stale(self, batch: Batch) -> SafeMessages:
+        """A new batch already past its release point (its records were acquired by a fetch an earlier
+        poll left in flight, or long before a slow poll returned; see :mod:`._fetch`): none of it is
+        handed out, all of it released now, so that no record is processed after its lock. Returns
+        what the poll returns: no records."""
+        records = batch.unsettled()
+        self._release(batch, records)
+        self._drop_batch()
+        self.released_early += len(records)
+        self._telemetry.released_early(len(records), "acquired_earlier")
+        logger.warning(
+            "share group %r: gave back %d record(s) unprocessed: they were acquired %.1f s before poll() "
+            "returned them (of the group's %.1f s acquisition lock), by a fetch an earlier poll() left in "
+            "flight or a poll() that blocked; another member takes them",
+            self._group,
+            len(records),
+            time.monotonic() - batch.at,
+            self._look.lock_seconds,
+        )
+        return SafeMessages([], None)
 
     def _flush_from_watch(self, batch: Batch) -> None:
         """The watch reached the batch's release point (it cut the batch, or the consumer accepted

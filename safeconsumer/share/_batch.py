@@ -74,10 +74,12 @@ class Batch:
         lock_seconds: float,
         hold_seconds: float | None = None,
         lock: threading.Lock | None = None,
+        at: float | None = None,
     ) -> None:
         """``hold_seconds``: how long the member may hold the batch (the lock, or less: see the
         consumer's ``max.poll.interval.ms``); records not reached are given back at :data:`RELEASE_AT` of
-        it. ``lock``: the consumer's for its batches (made once), else one of the batch's own."""
+        it. ``lock``: the consumer's for its batches (made once), else one of the batch's own. ``at``:
+        when its locks started, at the earliest (see :mod:`._fetch`; None: now)."""
         #: Guards :attr:`live`, :attr:`records` and :attr:`pending` against the watch's cut; never held
         #: while another lock is taken.
         self.lock = lock if lock is not None else threading.Lock()
@@ -89,7 +91,8 @@ class Batch:
         self.live = records
         #: Records cut from :attr:`live`, to be released on the application's thread.
         self.pending: list[Message] = []
-        self.at = at = time.monotonic()
+        #: When the records' locks started, at the earliest (monotonic).
+        self.at = at = time.monotonic() if at is None else at
         self.lock_end = at + lock_seconds
         self.release_at = at + (lock_seconds if hold_seconds is None else hold_seconds) * RELEASE_AT
 

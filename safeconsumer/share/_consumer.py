@@ -58,12 +58,7 @@ from _thread import get_ident
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from confluent_kafka import (
-    ConcurrentModificationException,
-    KafkaError,
-    KafkaException,
-    Message,
-)
+from confluent_kafka import ConcurrentModificationException, KafkaError, KafkaException, Message
 
 from ..base._clients import admin_config
 from ..base._errors import (
@@ -80,6 +75,7 @@ from ..poison._policy import DeadLetter, PoisonHandler, check_policy
 from ._acks import Acknowledgements
 from ._batch import WATCH, Batch, SafeMessages, Watched
 from ._fatal import fatal_of, say_left
+from ._fetch import Fetches
 from ._last_delivery import copy_last_deliveries
 from ._overruns import Overruns
 from ._pause import PauseMarks, paused_wait
@@ -164,6 +160,7 @@ class SafeShareConsumer(Acknowledgements):
         )
         self._batch: Batch | None = None
         self._batch_lock = threading.Lock()  # each batch's (see Batch.lock)
+        self._fetches = Fetches()  # when the next poll's records were acquired, at the earliest
         #: Held by the application's poll() and commit_*(), and while a keepalive timer gives records
         #: back (the application is inside the block); :meth:`_enter` says which application thread is in.
         self._lock = threading.RLock()
@@ -313,7 +310,7 @@ class SafeShareConsumer(Acknowledgements):
             if self._pausing and self._wanted and not self._paused.effective(self._wanted):
                 return self._paused_poll(*args, **kwargs)
         try:
-            messages = super().poll(*args, **kwargs)
+            messages, acquired = self._fetches.poll(super().poll, *args, **kwargs)
         except KafkaException as exc:
             error = error_of(exc)
             self._maybe_fatal(error)
@@ -328,7 +325,8 @@ class SafeShareConsumer(Acknowledgements):
             self._drop_batch()
             return messages
         lock = self._look.lock_seconds  # the group's, or the shortest a broker allows while it is unread
-        batch = self._batch = Batch(records, lock, lock if lock < self._max_poll else self._max_poll, self._batch_lock)
+        hold = lock if lock < self._max_poll else self._max_poll
+        batch = self._batch = Batch(records, lock, hold, self._batch_lock, acquired)
         if self._implicit:  # its acceptance at the next poll() looks for error events: now, in the cache
             batch.look_clean()
         if self._withholds:
@@ -345,6 +343,8 @@ class SafeShareConsumer(Acknowledgements):
             self._telemetry.redeliveries(records)
         if self._copies_last is not None and not self._look.broker_copies:  # S4, before it is handed out
             copy_last_deliveries(records, self._copies_last, self._look, self._writer)
+        if batch.release_at <= time.monotonic():  # acquired long before this poll returned them
+            return self._give_back_stale(batch)
         # The watch may release and send while the application works without calling the consumer;
         # from here on a cut may shorten ``records`` (Batch.live), so what reads it whole comes first.
         watched = self._watched  # the hand-over (see Watched), written out: a call less a batch
@@ -354,10 +354,6 @@ class SafeShareConsumer(Acknowledgements):
         if batch.at >= (look := self._look).refresh_at:  # (a plain attribute: a call less a batch)
             look.maybe_refresh(batch.at)
         return SafeMessages(records, batch)
-
-    def _drop_batch(self) -> None:
-        """The consumer holds no batch now, and neither does the watch (see :class:`Watched`)."""
-        self._batch = self._watched.batch = None
 
     #: Whether :meth:`_withhold` looks at each new batch (a subclass's; see SafeDeserializingShareConsumer).
     _withholds = False

@@ -9,7 +9,9 @@ consumer's (:class:`safeconsumer.base._telemetry.LazyTelemetry`); these are the 
   ``safeconsumer.acknowledgement.type`` (accept, release, reject);
 - ``safeconsumer.share.lock_overruns`` {record}: records acknowledged after their lock ran out;
 - ``safeconsumer.share.released_early`` {record}: records given back before their locks ran out
-  because the application had not reached them (S3) or their topic was paused (S6);
+  because the application had not reached them (S3), had not come back (``cancelled``), will
+  retry them (``retry``), their topic was paused (S6), or they came past their release point
+  (``acquired_earlier``: see :mod:`._fetch`);
 - ``safeconsumer.share.delivery_count`` {delivery}: the delivery count of each record handed out
   again (a count of 1, a first delivery, is not recorded: the histogram shows redeliveries).
 """
