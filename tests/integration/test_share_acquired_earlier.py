@@ -91,6 +91,26 @@ def test_raw_records_a_fetch_left_in_flight_acquired_are_handed_out_past_their_l
     assert len(errors) == 1 and errors[0].args[0].code() == KafkaError.INVALID_RECORD_STATE, result
 
 
+def _idle_member(kafka: KafkaTestKit, closing: list[ShareConsumer], mode: str) -> tuple[SafeShareConsumer, str]:
+    """A SafeShareConsumer of a new group on a new empty topic, the group's lock read, joined and idle."""
+    topic, group = _group(kafka)
+    c = SafeShareConsumer(_conf(kafka, group, mode))
+    closing.append(c)
+    c.subscribe([topic])
+    wait_until(lambda: c.group_settings.lock_ms == LOCK_MS, timeout=15, what="the group's lock read")
+    _joined_and_idle(c)
+    return c, topic
+
+
+def _settled_in_time(c: SafeShareConsumer, got: list[Message], mode: str) -> None:
+    """Acknowledge ``got`` (explicit mode) and commit: every acknowledgement holds."""
+    if mode == "explicit":
+        for m in got:
+            c.acknowledge(m)
+    result = c.commit_sync(10)
+    assert all(exc is None for exc in result.values()), result
+
+
 @pytest.fixture(scope="module")
 def cluster(kafka_version: str) -> Iterator[Cluster]:
     with running_cluster(version=kafka_version) as c:
@@ -138,12 +158,7 @@ def test_a_batch_acquired_past_its_release_point_is_given_back_unprocessed(
     """S3: the poll hands out none of it and gives it all back with a WARNING; the next polls get
     the records again (second delivery), fresh, and their acknowledgements hold."""
     caplog.set_level(logging.WARNING, logger="safeconsumer")
-    topic, group = _group(kafka)
-    c = SafeShareConsumer(_conf(kafka, group, mode))
-    closing.append(c)
-    c.subscribe([topic])
-    wait_until(lambda: c.group_settings.lock_ms == LOCK_MS, timeout=15, what="the group's lock read")
-    _joined_and_idle(c)
+    c, topic = _idle_member(kafka, closing, mode)
     _in_flight_then_late(kafka, c, topic)
     assert not _records(c.poll(1.0)), "records acquired 4 s ago under a 3 s lock were handed out"
     assert c.released_early == 10
@@ -160,8 +175,7 @@ def test_a_batch_acquired_past_its_release_point_is_given_back_unprocessed(
     wait_until(lambda: len(got) >= 10, timeout=30, what="the records again", step=step)
     assert sorted(m.offset() or 0 for m in got) == list(range(10))
     assert {m.delivery_count() for m in got} == {2}
-    result = c.commit_sync(10)
-    assert all(exc is None for exc in result.values()), result
+    _settled_in_time(c, [], mode)  # (acknowledged as they came)
     assert c.lock_overruns == 0
 
 
@@ -171,23 +185,14 @@ def test_a_batch_acquired_within_its_lock_is_handed_out(
 ) -> None:
     """The same sequence, the application back after 1 s: the records are handed out (first
     delivery) and their acknowledgements hold."""
-    topic, group = _group(kafka)
-    c = SafeShareConsumer(_conf(kafka, group, mode))
-    closing.append(c)
-    c.subscribe([topic])
-    wait_until(lambda: c.group_settings.lock_ms == LOCK_MS, timeout=15, what="the group's lock read")
-    _joined_and_idle(c)
+    c, topic = _idle_member(kafka, closing, mode)
     assert not _records(c.poll(0.05))
     kafka.produce(topic, 10, partitions=1)
     produced = time.monotonic()
     wait_until(lambda: time.monotonic() - produced > 1.0, timeout=5, what="other work, within the lock")
     got = _records(c.poll(1.0))
     assert sorted(m.offset() or 0 for m in got) == list(range(10)) and {m.delivery_count() for m in got} == {1}
-    if mode == "explicit":
-        for m in got:
-            c.acknowledge(m)
-    result = c.commit_sync(10)
-    assert all(exc is None for exc in result.values()), result
+    _settled_in_time(c, got, mode)
     assert c.released_early == 0 and c.lock_overruns == 0
 
 
@@ -197,12 +202,7 @@ def test_a_long_poll_on_a_quiet_topic_does_not_count_its_wait_against_the_batch(
 ) -> None:
     """``poll(10)`` whose records come 4 s into the call (longer than the 3 s lock): they are handed
     out, not given back as if acquired when the call began."""
-    topic, group = _group(kafka)
-    c = SafeShareConsumer(_conf(kafka, group, mode))
-    closing.append(c)
-    c.subscribe([topic])
-    wait_until(lambda: c.group_settings.lock_ms == LOCK_MS, timeout=15, what="the group's lock read")
-    _joined_and_idle(c)
+    c, topic = _idle_member(kafka, closing, mode)
     later = threading.Timer(4.0, kafka.produce, args=(topic, 10), kwargs={"partitions": 1})
     later.start()
     try:
@@ -213,8 +213,4 @@ def test_a_long_poll_on_a_quiet_topic_does_not_count_its_wait_against_the_batch(
         later.join()
     assert took > 3.5 and got, f"{len(got)} record(s) after {took:.1f} s"
     assert {m.delivery_count() for m in got} == {1} and c.released_early == 0
-    if mode == "explicit":
-        for m in got:
-            c.acknowledge(m)
-    result = c.commit_sync(10)
-    assert all(exc is None for exc in result.values()), result
+    _settled_in_time(c, got, mode)
