@@ -54,7 +54,8 @@ class Fetches:
         while True:
             left = SLICE if deadline is None else min(SLICE, max(0.0, deadline - time.monotonic()))
             messages, acquired = self._call(upstream, (left,), {})
-            if len(messages) or left <= 0.0 or (deadline is not None and time.monotonic() >= deadline):
+            # (no floor after a call: it returned records)
+            if self.floor is None or (deadline is not None and time.monotonic() >= deadline):
                 return messages, acquired
 
     def _call(self, upstream: Callable[..., Any], args: Any, kwargs: Any) -> tuple[Any, float]:

@@ -118,12 +118,13 @@ def cluster(kafka_version: str) -> Iterator[Cluster]:
 
 
 def test_raw_a_poll_that_returned_records_left_no_fetch_in_flight(
-    cluster: Cluster, closing: list[ShareConsumer]
+    cluster: Cluster, closing: list[Any]
 ) -> None:
     """What the timing rests on: librdkafka fetches from one broker at a time. Records wait on two
     partitions led by different brokers; after a poll returned one broker's, the poll 4 s later
     (past the 3 s lock) returns the other's, fetched then: their acknowledgements hold."""
     kafka = KafkaTestKit(cluster.bootstrap_servers, prefix="one-fetch")
+    closing.append(kafka)
     topic, group = kafka.name("t"), kafka.name("g")
     kafka.admin.create_topics(
         [NewTopic(topic, num_partitions=2, replication_factor=-1, replica_assignment=[[1], [2]])]
@@ -148,7 +149,6 @@ def test_raw_a_poll_that_returned_records_left_no_fetch_in_flight(
         c.acknowledge(m)
     result = c.commit_sync(10)
     assert all(exc is None for exc in result.values()), f"the second broker's records were acquired earlier: {result}"
-    kafka.close()
 
 
 @pytest.mark.parametrize("mode", MODES)

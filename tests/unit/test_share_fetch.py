@@ -83,7 +83,7 @@ def test_a_long_timeout_is_waited_in_slices_and_counts_from_the_last_empty_one(c
     f, up = Fetches(), Upstream(clock, [[], [], [], ["r"]], takes=SLICE)
     messages, acquired = f.poll(up, 10.0)
     assert messages == ["r"] and acquired == 100.0 + 3 * SLICE
-    assert [c for c in up.calls] == [((SLICE,), {})] * 4
+    assert up.calls == [((SLICE,), {})] * 4
 
 
 @pytest.mark.parametrize("call", [((), {}), ((-1,), {}), ((), {"timeout": -1.0})])
