@@ -117,9 +117,7 @@ def cluster(kafka_version: str) -> Iterator[Cluster]:
         yield c
 
 
-def test_raw_a_poll_that_returned_records_left_no_fetch_in_flight(
-    cluster: Cluster, closing: list[Any]
-) -> None:
+def test_raw_a_poll_that_returned_records_left_no_fetch_in_flight(cluster: Cluster, closing: list[Any]) -> None:
     """What the timing rests on: librdkafka fetches from one broker at a time. Records wait on two
     partitions led by different brokers; after a poll returned one broker's, the poll 4 s later
     (past the 3 s lock) returns the other's, fetched then: their acknowledgements hold."""
